@@ -1,0 +1,167 @@
+"""Throughput of confluent-kafka against Exactly's broker and librdkafka's mock cluster.
+
+Same client, same workload, side by side in one run: idempotent producer with acks=all, then a
+consumer reading everything back, for 100-byte and 1 KiB records. Exactly runs twice, with
+`log.flush.policy=os` (page cache) and `fsync` (acks=all waits for fsync, group commit). The mock
+keeps at most 5 MiB per partition, so the workloads stay under that per partition.
+
+    .venv/bin/python bench/run.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from exactly.testing import EmbeddedBroker
+
+PARTITIONS = 8
+
+
+@dataclass
+class Workload:
+    name: str
+    size: int
+    count: int
+
+
+@dataclass
+class Result:
+    msgs_per_s: float
+    mb_per_s: float
+
+
+def _produce(bootstrap_conf: dict, topic: str, w: Workload) -> Result:
+    producer = Producer({**bootstrap_conf, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "batch.size": 1_000_000,
+                         "queue.buffering.max.messages": 1_000_000})
+    payload = os.urandom(w.size)
+    errors = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    started = time.perf_counter()
+    for _ in range(w.count):
+        while True:
+            try:
+                producer.produce(topic, payload, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.001)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if left or errors:
+        raise RuntimeError(f"produce failed: {left} undelivered, errors {errors[:3]}")
+    return Result(w.count / elapsed, w.count * w.size / elapsed / 1e6)
+
+
+def _consume(bootstrap_conf: dict, topic: str, w: Workload) -> Result:
+    consumer = Consumer({**bootstrap_conf, "group.id": f"bench-{time.monotonic_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760})
+    consumer.subscribe([topic])
+    got = 0
+    started = None
+    deadline = time.monotonic() + 120
+    while got < w.count and time.monotonic() < deadline:
+        msgs = consumer.consume(10_000, 0.5)
+        if msgs and started is None:
+            started = time.perf_counter()
+        got += sum(1 for m in msgs if m.error() is None)
+    elapsed = time.perf_counter() - (started or time.perf_counter())
+    consumer.close()
+    if got < w.count:
+        raise RuntimeError(f"consumed {got} of {w.count}")
+    return Result(w.count / elapsed, w.count * w.size / elapsed / 1e6)
+
+
+def _create_topic(bootstrap_conf: dict, topic: str) -> None:
+    admin = AdminClient(bootstrap_conf)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak = max(self.peak, _rss_mib(self.pid))
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self.join()
+        return self.peak
+
+
+def run_mock(w: Workload) -> tuple[Result, Result]:
+    # The mock cluster lives inside this producer; the consumer connects to its listener.
+    holder = Producer({"test.mock.num.brokers": 1})
+    broker = holder.list_topics(timeout=10).brokers
+    (meta,) = broker.values()
+    conf = {"bootstrap.servers": f"{meta.host}:{meta.port}"}
+    topic = f"mock-{w.name}"
+    _create_topic(conf, topic)
+    produced = _produce(conf, topic, w)
+    consumed = _consume(conf, topic, w)
+    del holder
+    return produced, consumed
+
+
+def run_exactly(w: Workload, policy: str) -> tuple[Result, Result, float]:
+    with EmbeddedBroker(settings={"log.flush.policy": policy}) as broker:
+        sampler = RssSampler(broker.process.pid)
+        sampler.start()
+        conf = {"bootstrap.servers": broker.bootstrap}
+        topic = f"exactly-{w.name}"
+        _create_topic(conf, topic)
+        produced = _produce(conf, topic, w)
+        consumed = _consume(conf, topic, w)
+        return produced, consumed, sampler.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the records")
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+    workloads = [Workload("100B", 100, 200_000 // scale), Workload("1KiB", 1024, 30_000 // scale)]
+    print(f"{'workload':<9} {'target':<16} {'produce msg/s':>14} {'MB/s':>7} {'ratio':>6}   "
+          f"{'consume msg/s':>14} {'MB/s':>7} {'ratio':>6}   {'peak RSS':>9}")
+    for w in workloads:
+        mock_p, mock_c = run_mock(w)
+        rows = [("librdkafka mock", mock_p, mock_c, None)]
+        for policy in ("os", "fsync"):
+            p, c, rss = run_exactly(w, policy)
+            rows.append((f"exactly {policy}", p, c, rss))
+        for target, p, c, rss in rows:
+            rss_text = f"{rss:7.0f} MiB" if rss is not None else ""
+            print(f"{w.name:<9} {target:<16} {p.msgs_per_s:>14,.0f} {p.mb_per_s:>7.1f} "
+                  f"{p.msgs_per_s / mock_p.msgs_per_s:>5.2f}x   {c.msgs_per_s:>14,.0f} "
+                  f"{c.mb_per_s:>7.1f} {c.msgs_per_s / mock_c.msgs_per_s:>5.2f}x   {rss_text:>9}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The `exactly` command."""
+
+from __future__ import annotations
+
+import errno
+import re
+
+import click
+
+from exactly import __version__
+from exactly.cli.common import fail, parse_pairs
+from exactly.cli.console import consume, produce
+from exactly.cli.topics import topics
+
+_HOST_PORT = re.compile(r"(?P<host>\[[^\]]+\]|[^:\[\]]*):(?P<port>[0-9]{1,5})")
+
+
+def listen_to_listeners(listen: str) -> str:
+    """HOST:PORT (or [IPv6]:PORT) -> PLAINTEXT://HOST:PORT, for the listeners key."""
+    m = _HOST_PORT.fullmatch(listen.strip())
+    if m is None or int(m["port"]) > 65535:
+        raise click.BadParameter(
+            f"{listen!r} is not HOST:PORT (port 0 picks a free port), e.g. 127.0.0.1:9092",
+            param_hint="--listen",
+        )
+    return f"PLAINTEXT://{m['host']}:{m['port']}"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="exactly")
+def cli() -> None:
+    """Exactly: an exactly-once log speaking the Kafka protocol."""
+
+
+@cli.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A Kafka-style server.properties file.",
+)
+@click.option("--data-dir", default=None, metavar="DIR", help="Where data is kept (log.dirs).")
+@click.option(
+    "--listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Where to accept clients (listeners=PLAINTEXT://HOST:PORT); port 0 picks one.",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any broker config key, e.g. --set num.partitions=3. Repeatable.",
+)
+def broker(
+    config_file: str | None, data_dir: str | None, listen: str | None, settings: tuple[str, ...]
+) -> None:
+    """Run a broker in the foreground until Ctrl-C or SIGTERM."""
+    from exactly.server.config import BrokerConfig, ConfigError
+
+    overrides = parse_pairs(settings, "--set")
+    # The explicit options win over --set, which wins over the file.
+    if data_dir is not None:
+        overrides.pop("log.dir", None)
+        overrides["log.dirs"] = data_dir
+    if listen is not None:
+        overrides["listeners"] = listen_to_listeners(listen)
+    try:
+        config = BrokerConfig.from_sources(config_file, overrides)
+        from exactly.server.broker import run
+
+        run(config)
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        host, port = config.listener
+        fail(
+            f"cannot listen on {host}:{port}: the address is in use; stop the process using it "
+            "or choose another port with --listen"
+        )
+
+
+cli.add_command(topics)
+cli.add_command(produce)
+cli.add_command(consume)
+
+
+def main() -> None:
+    cli(prog_name="exactly")
+
+
+if __name__ == "__main__":
+    main()

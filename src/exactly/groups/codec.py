@@ -1,0 +1,227 @@
+"""Keys and values of the `__consumer_offsets` records, in Kafka's own byte layout.
+
+Using Kafka's layout (OffsetCommitKey/Value, GroupMetadataKey/Value from the Kafka source's
+`group-coordinator/src/main/resources/common/message/*.json`) means Kafka tools that decode this
+topic understand it. We write the newest non-flexible versions (offset key v1, offset value v3,
+group key v2, group value v3) and read every older non-flexible version. A value of None is a
+tombstone: the offset or the group was deleted.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+
+def java_string_hashcode(s: str) -> int:
+    """Java's String.hashCode: 31-polynomial over UTF-16 code units, as a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """Kafka's `Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount`."""
+    h = java_string_hashcode(group_id)
+    return (0 if h == -(2**31) else abs(h)) % num_partitions
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    protocol_type: str
+    generation_id: int
+    protocol_name: str | None
+    leader_id: str | None
+    current_state_timestamp: int = -1
+    members: tuple[MemberValue, ...] = field(default_factory=tuple)
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def i16(self, v: int) -> _Writer:
+        self.out += struct.pack(">h", v)
+        return self
+
+    def i32(self, v: int) -> _Writer:
+        self.out += struct.pack(">i", v)
+        return self
+
+    def i64(self, v: int) -> _Writer:
+        self.out += struct.pack(">q", v)
+        return self
+
+    def string(self, v: str | None) -> _Writer:
+        if v is None:
+            return self.i16(-1)
+        b = v.encode()
+        self.i16(len(b))
+        self.out += b
+        return self
+
+    def bytes_(self, v: bytes | None) -> _Writer:
+        if v is None:
+            return self.i32(-1)
+        self.i32(len(v))
+        self.out += v
+        return self
+
+
+def encode_offset_key(key: OffsetKey) -> bytes:
+    w = _Writer().i16(OFFSET_KEY_VERSION).string(key.group_id).string(key.topic)
+    return bytes(w.i32(key.partition).out)
+
+
+def encode_group_key(key: GroupKey) -> bytes:
+    return bytes(_Writer().i16(GROUP_KEY_VERSION).string(key.group_id).out)
+
+
+def encode_offset_value(v: OffsetValue) -> bytes:
+    w = _Writer().i16(OFFSET_VALUE_VERSION).i64(v.offset).i32(v.leader_epoch)
+    return bytes(w.string(v.metadata).i64(v.commit_timestamp).out)
+
+
+def encode_group_value(v: GroupValue) -> bytes:
+    w = _Writer().i16(GROUP_VALUE_VERSION).string(v.protocol_type).i32(v.generation_id)
+    w.string(v.protocol_name).string(v.leader_id).i64(v.current_state_timestamp)
+    w.i32(len(v.members))
+    for m in v.members:
+        w.string(m.member_id).string(m.group_instance_id).string(m.client_id)
+        w.string(m.client_host).i32(m.rebalance_timeout_ms).i32(m.session_timeout_ms)
+        w.bytes_(m.subscription).bytes_(m.assignment)
+    return bytes(w.out)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+class CodecError(ValueError):
+    """A record of `__consumer_offsets` this coordinator cannot decode."""
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def _take(self, fmt: str, size: int) -> int:
+        if self.pos + size > len(self.data):
+            raise CodecError("record truncated")
+        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
+        return int(v)
+
+    def i16(self) -> int:
+        return self._take(">h", 2)
+
+    def i32(self) -> int:
+        return self._take(">i", 4)
+
+    def i64(self) -> int:
+        return self._take(">q", 8)
+
+    def _raw(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise CodecError("record truncated")
+        b = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return b
+
+    def string(self) -> str | None:
+        n = self.i16()
+        return None if n < 0 else self._raw(n).decode()
+
+    def bytes_(self) -> bytes | None:
+        n = self.i32()
+        return None if n < 0 else self._raw(n)
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey:
+    r = _Reader(data)
+    version = r.i16()
+    if version in (0, 1):
+        group, topic = r.string() or "", r.string() or ""
+        return OffsetKey(group, topic, r.i32())
+    if version == GROUP_KEY_VERSION:
+        return GroupKey(r.string() or "")
+    raise CodecError(f"unknown __consumer_offsets key version {version}")
+
+
+def decode_offset_value(data: bytes) -> OffsetValue:
+    r = _Reader(data)
+    version = r.i16()
+    if version > OFFSET_VALUE_VERSION:
+        raise CodecError(f"unsupported offset commit value version {version}")
+    offset = r.i64()
+    leader_epoch = r.i32() if version >= 3 else -1
+    metadata = r.string() or ""
+    commit_timestamp = r.i64()
+    return OffsetValue(offset, leader_epoch, metadata, commit_timestamp)
+
+
+def decode_group_value(data: bytes) -> GroupValue:
+    r = _Reader(data)
+    version = r.i16()
+    if version > GROUP_VALUE_VERSION:
+        raise CodecError(f"unsupported group metadata value version {version}")
+    protocol_type = r.string() or ""
+    generation = r.i32()
+    protocol, leader = r.string(), r.string()
+    state_ts = r.i64() if version >= 2 else -1
+    members = []
+    for _ in range(r.i32()):
+        member_id = r.string() or ""
+        instance_id = r.string() if version >= 3 else None
+        client_id, client_host = r.string() or "", r.string() or ""
+        session_timeout = r.i32()
+        rebalance_timeout = r.i32() if version >= 1 else session_timeout
+        if version >= 1:
+            # v1+ puts rebalance_timeout before session_timeout: swap what we read.
+            session_timeout, rebalance_timeout = rebalance_timeout, session_timeout
+        members.append(MemberValue(member_id, instance_id, client_id, client_host,
+                                   rebalance_timeout, session_timeout,
+                                   r.bytes_() or b"", r.bytes_() or b""))
+    return GroupValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))

@@ -1,0 +1,413 @@
+"""The classic group coordinator: membership (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) and timers.
+
+Sans-IO: callers pass the time in and get delayed answers through callbacks, invoked either
+before the call returns or later from another call or from `tick()`. The rules follow Apache
+Kafka's GroupCoordinator.scala. Offsets and the admin APIs are in `offsets.py` (a base class, so
+this file stays about membership).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from exactly.groups.config import GroupConfig
+from exactly.groups.group import (
+    Group,
+    GroupState,
+    JoinCallback,
+    JoinMember,
+    JoinResult,
+    Member,
+    SyncCallback,
+    SyncResult,
+)
+from exactly.groups.offsets import OffsetsMixin
+
+if TYPE_CHECKING:
+    from exactly.log import LogManager
+
+log = logging.getLogger("exactly.groups")
+
+Protocols = list[tuple[str, bytes]]
+
+
+class GroupCoordinator(OffsetsMixin):
+    def __init__(self, logs: LogManager, config: GroupConfig, *, now_ms: int) -> None:
+        super().__init__(logs, config, now_ms=now_ms)
+
+    # -- JoinGroup ----------------------------------------------------------------------------
+
+    def join_group(
+        self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+        client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+        protocols: Protocols, require_known_member_id: bool, now_ms: int, respond: JoinCallback,
+    ) -> None:
+        """Join (or rejoin) a group. `respond` is called once, now or when the rebalance completes.
+
+        `require_known_member_id` is True for JoinGroup v4+: a new member first gets
+        MEMBER_ID_REQUIRED with its member id and must join again with it (KIP-394).
+        """
+        if not group_id:
+            return respond(JoinResult(ErrorCode.invalid_group_id, member_id))
+        cfg = self.config
+        if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
+            return respond(JoinResult(ErrorCode.invalid_session_timeout, member_id))
+        group = self._groups.get(group_id)
+        if group is None:
+            if member_id:
+                return respond(JoinResult(ErrorCode.unknown_member_id, member_id))
+            group = self._new_group(group_id, now_ms)
+        if (member_id not in group.members and len(group.members) >= cfg.group_max_size):
+            return respond(JoinResult(ErrorCode.group_max_size_reached, member_id))
+        args = (group_instance_id, client_id, client_host, session_timeout_ms,
+                rebalance_timeout_ms, protocol_type, protocols, now_ms, respond)
+        if not member_id:
+            self._join_new_member(group, require_known_member_id, *args)
+        else:
+            self._join_current_member(group, member_id, *args)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group, now_ms)
+
+    def _join_new_member(
+        self, group: Group, require_known_member_id: bool, instance_id: str | None, client_id: str,
+        client_host: str, session_ms: int, rebalance_ms: int, protocol_type: str,
+        protocols: Protocols, now_ms: int, respond: JoinCallback,
+    ) -> None:
+        if not group.supports_protocols(protocol_type, protocols):
+            return respond(JoinResult(ErrorCode.inconsistent_group_protocol))
+        new_id = f"{client_id}-{uuid.uuid4()}"
+        if instance_id is not None and instance_id in group.static_members:
+            # A static member restarted: it takes over the old member id's place; the old
+            # incarnation is fenced. (Kafka can skip the rebalance here; we always rebalance.)
+            old = group.members[group.static_members[instance_id]]
+            self._answer_fenced(old)
+            member = group.replace_static(old.member_id, new_id)
+            member.client_id, member.client_host = client_id, client_host
+            return self._update_member_and_rebalance(group, member, protocols, session_ms,
+                                                     rebalance_ms, now_ms, respond)
+        if instance_id is None and require_known_member_id:
+            group.pending_members[new_id] = now_ms + session_ms
+            return respond(JoinResult(ErrorCode.member_id_required, new_id))
+        self._add_member_and_rebalance(group, new_id, instance_id, client_id, client_host,
+                                       session_ms, rebalance_ms, protocol_type, protocols, now_ms,
+                                       respond)
+
+    def _join_current_member(
+        self, group: Group, member_id: str, instance_id: str | None, client_id: str,
+        client_host: str, session_ms: int, rebalance_ms: int, protocol_type: str,
+        protocols: Protocols, now_ms: int, respond: JoinCallback,
+    ) -> None:
+        if not group.supports_protocols(protocol_type, protocols):
+            return respond(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
+        if member_id in group.pending_members:
+            del group.pending_members[member_id]
+            return self._add_member_and_rebalance(group, member_id, instance_id, client_id,
+                                                  client_host, session_ms, rebalance_ms,
+                                                  protocol_type, protocols, now_ms, respond)
+        error = self._validate_member(group, member_id, instance_id)
+        if error is not None:
+            return respond(JoinResult(error, member_id))
+        member = group.members[member_id]
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE or (
+            state is GroupState.COMPLETING_REBALANCE and not member.matches(protocols)
+        ) or (
+            state is GroupState.STABLE
+            and (member_id == group.leader_id or not member.matches(protocols))
+        ):
+            return self._update_member_and_rebalance(group, member, protocols, session_ms,
+                                                     rebalance_ms, now_ms, respond)
+        if state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            # Same metadata: the member lost our answer. Give it the current generation again.
+            is_leader = member_id == group.leader_id
+            return respond(self._join_result(group, member, with_members=is_leader))
+        respond(JoinResult(ErrorCode.unknown_member_id, member_id))
+
+    def _add_member_and_rebalance(
+        self, group: Group, member_id: str, instance_id: str | None, client_id: str,
+        client_host: str, session_ms: int, rebalance_ms: int, protocol_type: str,
+        protocols: Protocols, now_ms: int, respond: JoinCallback,
+    ) -> None:
+        member = Member(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
+                        protocol_type, list(protocols), join_callback=respond, is_new=True,
+                        heartbeat_deadline=now_ms + self.config.new_member_join_timeout_ms)
+        if group.state is GroupState.PREPARING_REBALANCE and group.generation_id == 0:
+            group.new_member_added = True  # lets the initial delay be extended
+        group.add(member)
+        self._maybe_prepare_rebalance(group, now_ms)
+
+    def _update_member_and_rebalance(
+        self, group: Group, member: Member, protocols: Protocols, session_ms: int,
+        rebalance_ms: int, now_ms: int, respond: JoinCallback,
+    ) -> None:
+        if member.join_callback is not None:  # a duplicate JoinGroup replaces the older one
+            member.join_callback(JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
+        member.protocols = list(protocols)
+        member.session_timeout_ms, member.rebalance_timeout_ms = session_ms, rebalance_ms
+        member.join_callback = respond
+        self._maybe_prepare_rebalance(group, now_ms)
+
+    def _join_result(self, group: Group, member: Member, *, with_members: bool) -> JoinResult:
+        protocol = group.protocol_name or ""
+        members = tuple(
+            JoinMember(m.member_id, m.group_instance_id, m.metadata_for(protocol))
+            for m in group.members.values()
+        ) if with_members else ()
+        return JoinResult(ErrorCode.none, member.member_id, group.generation_id,
+                          group.protocol_type, group.protocol_name, group.leader_id or "", members)
+
+    # -- rebalance ----------------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: Group, now_ms: int) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
+            self._prepare_rebalance(group, now_ms)
+
+    def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            self._propagate_assignment(group, ErrorCode.rebalance_in_progress, now_ms)
+        group.pending_sync.clear()
+        group.sync_deadline = None
+        delay = self.config.initial_rebalance_delay_ms
+        if group.state is GroupState.EMPTY and delay > 0:
+            # Kafka's InitialDelayedJoin: wait for more members before the first generation.
+            group.join_deadline = now_ms + delay
+            group.initial_delay_remaining = max(group.rebalance_timeout_ms - delay, 0)
+        else:
+            group.join_deadline = now_ms + group.rebalance_timeout_ms
+            group.initial_delay_remaining = None
+        group.new_member_added = False
+        group.transition(GroupState.PREPARING_REBALANCE, now_ms)
+        log.info("preparing to rebalance group %s (generation %d, %d members)", group.group_id,
+                 group.generation_id, len(group.members))
+        # Like Kafka's tryCompleteElseWatch: a group left with no members completes at once.
+        self._try_complete_join(group, now_ms)
+
+    def _try_complete_join(self, group: Group, now_ms: int) -> None:
+        # During the initial delay the rebalance completes by time only, as in Kafka.
+        if group.initial_delay_remaining is None and group.all_members_joined():
+            self._complete_join(group, now_ms)
+
+    def _complete_join(self, group: Group, now_ms: int) -> None:
+        for member in [m for m in group.members.values() if m.join_callback is None]:
+            log.info("member %s of group %s did not rejoin in time: removed", member.member_id,
+                     group.group_id)
+            self._drop(group, member)
+        group.join_deadline = group.initial_delay_remaining = None
+        group.new_member_added = False
+        group.generation_id += 1
+        if not group.members:
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(GroupState.EMPTY, now_ms)
+            self._store_group_quietly(group, now_ms)
+            return
+        group.protocol_name = group.select_protocol()
+        group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
+        group.pending_sync = set(group.members)
+        group.sync_deadline = now_ms + group.rebalance_timeout_ms
+        log.info("group %s generation %d: protocol %s, leader %s, %d members", group.group_id,
+                 group.generation_id, group.protocol_name, group.leader_id, len(group.members))
+        answers = []
+        for member in group.members.values():
+            callback, member.join_callback = member.join_callback, None
+            member.is_new = False
+            member.heartbeat_deadline = now_ms + member.session_timeout_ms
+            is_leader = member.member_id == group.leader_id
+            answers.append((callback, self._join_result(group, member, with_members=is_leader)))
+        for callback, result in answers:  # after the state is final: callbacks may call back in
+            assert callback is not None
+            callback(result)
+
+    # -- SyncGroup ----------------------------------------------------------------------------
+
+    def sync_group(
+        self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+        protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
+        now_ms: int, respond: SyncCallback,
+    ) -> None:
+        """Followers wait here for the leader's assignment; `respond` is called once."""
+        group = self._groups.get(group_id) if group_id else None
+        if not group_id:
+            return respond(SyncResult(ErrorCode.invalid_group_id))
+        if group is None:
+            return respond(SyncResult(ErrorCode.unknown_member_id))
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error is None and generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        if error is None and (
+            (protocol_type is not None and protocol_type != group.protocol_type)
+            or (protocol_name is not None and protocol_name != group.protocol_name)
+        ):
+            error = ErrorCode.inconsistent_group_protocol
+        if error is None and group.state is GroupState.EMPTY:
+            error = ErrorCode.unknown_member_id
+        if error is None and group.state is GroupState.PREPARING_REBALANCE:
+            error = ErrorCode.rebalance_in_progress
+        if error is not None:
+            return respond(SyncResult(error))
+        member = group.members[member_id]
+        group.pending_sync.discard(member_id)
+        if group.state is GroupState.STABLE:
+            member.heartbeat_deadline = now_ms + member.session_timeout_ms
+            return respond(SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name,
+                                      member.assignment))
+        # CompletingRebalance: park until the leader's assignment is stored.
+        if member.sync_callback is not None:
+            member.sync_callback(SyncResult(ErrorCode.rebalance_in_progress))
+        member.sync_callback = respond
+        if member_id != group.leader_id:
+            return
+        for mid, m in group.members.items():
+            m.assignment = assignments.get(mid, b"")
+        try:
+            self._store_group(group, now_ms)
+        except Exception:
+            log.exception("storing group %s failed", group.group_id)
+            self._propagate_assignment(group, ErrorCode.coordinator_not_available, now_ms)
+            self._maybe_prepare_rebalance(group, now_ms)
+            return
+        group.transition(GroupState.STABLE, now_ms)
+        self._propagate_assignment(group, ErrorCode.none, now_ms)
+
+    def _propagate_assignment(self, group: Group, error: ErrorCode, now_ms: int) -> None:
+        """Answer every parked SyncGroup; on error, forget the assignments."""
+        answers = []
+        for member in group.members.values():
+            if error is not ErrorCode.none:
+                member.assignment = b""
+            if member.sync_callback is not None:
+                callback, member.sync_callback = member.sync_callback, None
+                member.heartbeat_deadline = now_ms + member.session_timeout_ms
+                answers.append((callback, SyncResult(error, group.protocol_type,
+                                                     group.protocol_name, member.assignment)))
+        for callback, result in answers:
+            callback(result)
+
+    # -- Heartbeat and LeaveGroup -------------------------------------------------------------
+
+    def heartbeat(self, *, group_id: str, member_id: str, group_instance_id: str | None,
+                  generation_id: int, now_ms: int) -> ErrorCode:
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        error = self._validate_member(group, member_id, group_instance_id)
+        if error is not None:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.state is GroupState.EMPTY:
+            return ErrorCode.unknown_member_id
+        member = group.members[member_id]
+        member.heartbeat_deadline = now_ms + member.session_timeout_ms
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave_group(self, *, group_id: str, members: list[tuple[str, str | None]],
+                    now_ms: int) -> tuple[ErrorCode, list[ErrorCode]]:
+        """Remove members, given as (member id, group instance id); a per-member error each."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, []
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
+        errors = []
+        for member_id, instance_id in members:
+            static_id = group.static_members.get(instance_id) if instance_id else None
+            if member_id and static_id is not None and static_id != member_id:
+                errors.append(ErrorCode.fenced_instance_id)
+            elif member_id in group.pending_members:
+                del group.pending_members[member_id]
+                if group.state is GroupState.PREPARING_REBALANCE:
+                    self._try_complete_join(group, now_ms)
+                errors.append(ErrorCode.none)
+            elif static_id is None and member_id not in group.members:
+                errors.append(ErrorCode.unknown_member_id)
+            else:
+                member = group.members[static_id or member_id]
+                log.info("member %s left group %s", member.member_id, group.group_id)
+                self._remove_member_and_update(group, member, now_ms)
+                errors.append(ErrorCode.none)
+        return ErrorCode.none, errors
+
+    # -- members leaving ----------------------------------------------------------------------
+
+    def _validate_member(self, group: Group, member_id: str,
+                         instance_id: str | None) -> ErrorCode | None:
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if instance_id is not None and group.static_members.get(instance_id, member_id) != member_id:
+            return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        return None
+
+    def _answer_fenced(self, member: Member) -> None:
+        if member.join_callback is not None:
+            callback, member.join_callback = member.join_callback, None
+            callback(JoinResult(ErrorCode.fenced_instance_id, member.member_id))
+        if member.sync_callback is not None:
+            sync, member.sync_callback = member.sync_callback, None
+            sync(SyncResult(ErrorCode.fenced_instance_id))
+
+    def _drop(self, group: Group, member: Member) -> None:
+        """Remove a member, answering whatever request of it is parked."""
+        group.remove(member.member_id)
+        if member.join_callback is not None:
+            callback, member.join_callback = member.join_callback, None
+            callback(JoinResult(ErrorCode.unknown_member_id, ""))
+        if member.sync_callback is not None:
+            sync, member.sync_callback = member.sync_callback, None
+            sync(SyncResult(ErrorCode.unknown_member_id))
+
+    def _remove_member_and_update(self, group: Group, member: Member, now_ms: int) -> None:
+        self._drop(group, member)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, now_ms)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group, now_ms)
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Fire every timer due by `now_ms`: sessions, pending members, rebalance deadlines."""
+        for group in list(self._groups.values()):
+            self._tick_group(group, now_ms)
+        self._maybe_expire_offsets(now_ms)
+
+    def _tick_group(self, group: Group, now_ms: int) -> None:
+        for member_id, deadline in list(group.pending_members.items()):
+            if now_ms >= deadline:
+                del group.pending_members[member_id]
+                if group.state is GroupState.PREPARING_REBALANCE:
+                    self._try_complete_join(group, now_ms)
+        for member in list(group.members.values()):
+            if member.member_id in group.members and not member.heartbeat_satisfied(now_ms):
+                log.info("member %s of group %s: session expired", member.member_id,
+                         group.group_id)
+                self._remove_member_and_update(group, member, now_ms)
+        if (group.state is GroupState.PREPARING_REBALANCE and group.join_deadline is not None
+                and now_ms >= group.join_deadline):
+            remaining = group.initial_delay_remaining
+            if remaining is not None and group.new_member_added and remaining > 0:
+                delay = min(self.config.initial_rebalance_delay_ms, remaining)
+                group.initial_delay_remaining = max(remaining - delay, 0)
+                group.new_member_added = False
+                group.join_deadline = now_ms + delay
+            else:
+                self._complete_join(group, now_ms)
+        if (group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
+                and group.pending_sync and group.sync_deadline is not None
+                and now_ms >= group.sync_deadline):
+            # Members that got a generation but never sent SyncGroup (Kafka's pending sync).
+            for member_id in list(group.pending_sync):
+                if member_id in group.members:
+                    self._drop(group, group.members[member_id])
+            group.pending_sync.clear()
+            self._maybe_prepare_rebalance(group, now_ms)

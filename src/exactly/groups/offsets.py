@@ -1,0 +1,362 @@
+"""Committed offsets, group persistence and the admin side of the coordinator.
+
+`OffsetsMixin` is the base of `GroupCoordinator`: it owns the groups, loads them from
+`__consumer_offsets` on start, writes group metadata and offsets, and answers OffsetCommit,
+OffsetFetch, DescribeGroups, ListGroups and DeleteGroups.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from exactly.groups.codec import (
+    CodecError,
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+)
+from exactly.groups.config import GroupConfig
+from exactly.groups.group import CommittedOffset, Group, GroupState, Member
+from exactly.groups.store import OffsetsLog
+from exactly.protocol.records import Record
+
+if TYPE_CHECKING:
+    from exactly.log import LogManager, PartitionLog
+
+log = logging.getLogger("exactly.groups")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetToCommit:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    errors: dict[TopicPartition, ErrorCode]
+    log: PartitionLog | None  # where the commit was appended: sync it before answering
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_data: str
+    members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+class OffsetsMixin:
+    def __init__(self, logs: LogManager, config: GroupConfig, *, now_ms: int) -> None:
+        self.config = config
+        self.store = OffsetsLog(logs, config.offsets_topic_num_partitions)
+        self._groups: dict[str, Group] = {}
+        self._next_expiry_check = now_ms + config.offsets_retention_check_interval_ms
+        # Every internal partition appended to since the last take_written_logs().
+        self.written_logs: set[PartitionLog] = set()
+        self._load(now_ms)
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def _load(self, now_ms: int) -> None:
+        """Fold `__consumer_offsets` into groups: the newest record per key wins."""
+        groups: dict[str, GroupValue | None] = {}
+        offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        count = 0
+        for record in self.store.replay():
+            count += 1
+            if record.key is None:
+                continue
+            try:
+                key = decode_key(record.key)
+                if isinstance(key, OffsetKey):
+                    group_offsets = offsets.setdefault(key.group_id, {})
+                    tp = (key.topic, key.partition)
+                    if record.value is None:
+                        group_offsets.pop(tp, None)
+                    else:
+                        group_offsets[tp] = decode_offset_value(record.value)
+                elif isinstance(key, GroupKey):
+                    groups[key.group_id] = (None if record.value is None
+                                            else decode_group_value(record.value))
+            except CodecError as exc:
+                log.warning("skipping undecodable __consumer_offsets record at offset %d: %s",
+                            record.offset, exc)
+        live = {g for g, v in groups.items() if v is not None}
+        for group_id in live | {g for g, tps in offsets.items() if tps}:
+            group = Group(group_id, state_timestamp=now_ms)
+            value = groups.get(group_id)
+            if value is not None:
+                self._restore(group, value, now_ms)
+            for tp, ov in offsets.get(group_id, {}).items():
+                group.offsets[tp] = CommittedOffset(ov.offset, ov.leader_epoch, ov.metadata,
+                                                    ov.commit_timestamp)
+            self._groups[group_id] = group
+        log.info("loaded %d groups from %d __consumer_offsets records", len(self._groups), count)
+
+    @staticmethod
+    def _restore(group: Group, value: GroupValue, now_ms: int) -> None:
+        group.protocol_type = value.protocol_type or None
+        group.generation_id = value.generation_id
+        group.protocol_name = value.protocol_name
+        group.state_timestamp = (value.current_state_timestamp
+                                 if value.current_state_timestamp >= 0 else now_ms)
+        for mv in value.members:
+            # Members get a fresh session to come back and heartbeat, as Kafka gives on load.
+            group.add(Member(mv.member_id, mv.group_instance_id, mv.client_id, mv.client_host,
+                             mv.rebalance_timeout_ms, mv.session_timeout_ms,
+                             group.protocol_type or "",
+                             [(value.protocol_name or "", mv.subscription)],
+                             assignment=mv.assignment,
+                             heartbeat_deadline=now_ms + mv.session_timeout_ms))
+        group.leader_id = value.leader_id if value.leader_id in group.members else group.leader_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _new_group(self, group_id: str, now_ms: int) -> Group:
+        group = Group(group_id, state_timestamp=now_ms)
+        self._groups[group_id] = group
+        return group
+
+    def _append(self, group_id: str, records: list[Record], now_ms: int) -> PartitionLog:
+        plog = self.store.append(group_id, records, now_ms)
+        self.written_logs.add(plog)
+        return plog
+
+    def _store_group(self, group: Group, now_ms: int) -> PartitionLog:
+        protocol = group.protocol_name or ""
+        members = tuple(
+            MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                        m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata_for(protocol),
+                        m.assignment)
+            for m in group.members.values()
+        )
+        value = GroupValue(group.protocol_type or "", group.generation_id, group.protocol_name,
+                           group.leader_id, group.state_timestamp, members)
+        record = Record(encode_group_key(GroupKey(group.group_id)), encode_group_value(value))
+        return self._append(group.group_id, [record], now_ms)
+
+    def _store_group_quietly(self, group: Group, now_ms: int) -> None:
+        # Losing this write only means a restart sees the previous generation, as in Kafka.
+        try:
+            self._store_group(group, now_ms)
+        except Exception:
+            log.exception("storing empty group %s failed", group.group_id)
+
+    def take_written_logs(self) -> set[PartitionLog]:
+        """The internal partitions written since the last call (for the broker to sync)."""
+        logs, self.written_logs = self.written_logs, set()
+        return logs
+
+    def log_for(self, group_id: str) -> PartitionLog:
+        """The `__consumer_offsets` partition that holds this group."""
+        return self.store.log_for(group_id)
+
+    # -- OffsetCommit / OffsetFetch -----------------------------------------------------------
+
+    def commit_offsets(
+        self, *, group_id: str, member_id: str, group_instance_id: str | None,
+        generation_id: int, offsets: dict[TopicPartition, OffsetToCommit], now_ms: int,
+    ) -> CommitResult:
+        """Validate, append to the log, then apply. Answer the client only after syncing
+        `result.log` (when not None)."""
+        group = self._groups.get(group_id)
+        error: ErrorCode | None = None
+        if group is None:
+            # generation < 0: a standalone consumer storing offsets without group management.
+            if generation_id >= 0:
+                error = ErrorCode.illegal_generation
+        elif group.state is GroupState.DEAD:
+            error = ErrorCode.coordinator_not_available
+        elif group_instance_id is not None and group.static_members.get(
+                group_instance_id, member_id) != member_id:
+            error = ErrorCode.fenced_instance_id
+        elif generation_id < 0 and group.state is GroupState.EMPTY:
+            pass
+        elif member_id not in group.members:
+            error = ErrorCode.unknown_member_id
+        elif generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            error = ErrorCode.rebalance_in_progress
+        if error is not None:
+            return CommitResult({tp: error for tp in offsets}, None)
+
+        errors: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        for (topic, partition), entry in offsets.items():
+            info = self.store.logs.topic(topic)
+            metadata = entry.metadata or ""
+            if info is None or not 0 <= partition < info.num_partitions:
+                errors[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+            elif len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
+            else:
+                accepted[(topic, partition)] = CommittedOffset(entry.offset, entry.leader_epoch,
+                                                               metadata, now_ms)
+        if not accepted:
+            return CommitResult(errors, None)
+        records = [
+            Record(encode_offset_key(OffsetKey(group_id, topic, partition)),
+                   encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
+                                                   c.commit_timestamp)))
+            for (topic, partition), c in accepted.items()
+        ]
+        try:
+            plog = self._append(group_id, records, now_ms)
+        except Exception as exc:
+            log.exception("appending offsets of group %s failed", group_id)
+            code = _append_error(exc)
+            errors.update({tp: code for tp in accepted})
+            return CommitResult(errors, None)
+        if group is None:
+            group = self._new_group(group_id, now_ms)
+        elif member_id in group.members:
+            member = group.members[member_id]
+            member.heartbeat_deadline = now_ms + member.session_timeout_ms
+        group.offsets.update(accepted)
+        errors.update({tp: ErrorCode.none for tp in accepted})
+        return CommitResult(errors, plog)
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
+                      ) -> dict[TopicPartition, CommittedOffset | None]:
+        """Committed offsets (None where nothing is committed); `partitions=None` means all."""
+        group = self._groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(committed)
+        return {tp: committed.get(tp) for tp in partitions}
+
+    # -- DescribeGroups / ListGroups / DeleteGroups -------------------------------------------
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        group = self._groups.get(group_id)
+        if group is None:
+            return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
+        stable = group.state is GroupState.STABLE
+        protocol = group.protocol_name or ""
+        members = tuple(
+            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                              m.metadata_for(protocol) if stable else b"",
+                              m.assignment if stable else b"")
+            for m in group.members.values()
+        )
+        return GroupDescription(group_id, group.state.value, group.protocol_type or "",
+                                protocol if stable else "", members)
+
+    def list_groups(self, states: set[str] | None = None) -> list[GroupListing]:
+        """All groups, or those whose state is in `states` (compared case-insensitively)."""
+        wanted = {s.lower() for s in states} if states else None
+        return [
+            GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+            for g in self._groups.values()
+            if wanted is None or g.state.value.lower() in wanted
+        ]
+
+    def delete_groups(self, group_ids: list[str], now_ms: int) -> dict[str, ErrorCode]:
+        results: dict[str, ErrorCode] = {}
+        for group_id in group_ids:
+            group = self._groups.get(group_id)
+            if group is None or group.state is GroupState.DEAD:
+                results[group_id] = ErrorCode.group_id_not_found
+            elif group.state is not GroupState.EMPTY:
+                results[group_id] = ErrorCode.non_empty_group
+            else:
+                try:
+                    self._remove_group(group, list(group.offsets), now_ms)
+                except Exception as exc:
+                    log.exception("deleting group %s failed", group_id)
+                    results[group_id] = _append_error(exc)
+                else:
+                    results[group_id] = ErrorCode.none
+        return results
+
+    def _remove_group(self, group: Group, expired: list[TopicPartition], now_ms: int,
+                      *, whole_group: bool = True) -> None:
+        """Write tombstones for offsets (and the group), then forget them."""
+        records = [Record(encode_offset_key(OffsetKey(group.group_id, t, p)), None)
+                   for t, p in expired]
+        if whole_group:
+            records.append(Record(encode_group_key(GroupKey(group.group_id)), None))
+        if records:
+            self._append(group.group_id, records, now_ms)
+        for tp in expired:
+            group.offsets.pop(tp, None)
+        if whole_group:
+            group.transition(GroupState.DEAD, now_ms)
+            self._groups.pop(group.group_id, None)
+
+    # -- offsets retention --------------------------------------------------------------------
+
+    def _maybe_expire_offsets(self, now_ms: int) -> None:
+        if now_ms < self._next_expiry_check:
+            return
+        self._next_expiry_check = now_ms + self.config.offsets_retention_check_interval_ms
+        self.expire_offsets(now_ms)
+
+    def expire_offsets(self, now_ms: int) -> None:
+        """Kafka's rule (KIP-211): offsets of an Empty group expire `offsets_retention_ms` after
+        the group became empty; a standalone group's, that long after their commit. An Empty
+        group left with no offsets is removed."""
+        retention = self.config.offsets_retention_ms
+        for group in list(self._groups.values()):
+            if group.state is not GroupState.EMPTY or group.pending_members:
+                continue
+            managed = group.protocol_type is not None
+            expired = [
+                tp for tp, c in group.offsets.items()
+                if (group.state_timestamp if managed and group.state_timestamp >= 0
+                    else c.commit_timestamp) + retention <= now_ms
+            ]
+            whole = len(expired) == len(group.offsets)
+            try:
+                self._remove_group(group, expired, now_ms, whole_group=whole)
+            except Exception:
+                log.exception("expiring offsets of group %s failed", group.group_id)
+            else:
+                if expired:
+                    log.info("expired %d offsets of group %s", len(expired), group.group_id)
+
+
+def _append_error(exc: Exception) -> ErrorCode:
+    """A failed append to `__consumer_offsets`, as OffsetCommit reports it (after Kafka)."""
+    code = getattr(exc, "error_code", None)
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
+        return ErrorCode.invalid_commit_offset_size
+    # Anything else (a disk error, a missing partition) is retriable from the client's side.
+    return ErrorCode.coordinator_not_available

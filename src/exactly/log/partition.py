@@ -1,0 +1,480 @@
+"""The log of one partition: append with assigned offsets, read, offsets by time, roll, retention,
+recovery after a crash.
+
+Not thread-safe: call everything from one thread, except flush(), which only fsyncs and may run
+in a worker thread while the owner keeps appending (group commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from exactly.log.config import LogConfig
+from exactly.log.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
+from exactly.log.producer_state import ProducerStateManager
+from exactly.log.segment import LogSegment, segment_name
+from exactly.protocol.records import (
+    ATTR_TIMESTAMP_TYPE,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    RecordBatchError,
+    RecordBatchHeader,
+    decode_records,
+)
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+_MAX_RELATIVE_OFFSET = 0x7FFFFFFF
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _parse_dir_name(name: str) -> tuple[str, int]:
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        raise ValueError(f"partition directory {name!r} is not named <topic>-<partition>")
+    return topic, int(part)
+
+
+class PartitionLog:
+    def __init__(self, directory: Path, config: LogConfig, clock: Callable[[], float],
+                 topic: str, partition: int) -> None:
+        self.directory = directory
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self._clock = clock
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.producer_state = ProducerStateManager(directory)
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.flushed_offset = 0  # everything below is on disk (fsync)
+        self._dir_dirty = False
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # -- open and recovery -----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, clock: Callable[[], float] = time.time,
+             topic: str | None = None, partition: int | None = None) -> PartitionLog:
+        """Open the partition in `directory`, creating it, or recovering it after a crash."""
+        directory = Path(directory)
+        if topic is None or partition is None:
+            parsed_topic, parsed_partition = _parse_dir_name(directory.name)
+            topic = parsed_topic if topic is None else topic
+            partition = parsed_partition if partition is None else partition
+        directory.mkdir(parents=True, exist_ok=True)
+        self = cls(directory, config, clock, topic, partition)
+        self._load()
+        return self
+
+    def _load(self) -> None:
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        now = self._now_ms()
+        bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
+        for suffix in (".index", ".timeindex"):  # indexes whose segment is gone
+            for p in self.directory.glob(f"*{suffix}"):
+                if not p.stem.isdigit() or int(p.stem) not in bases:
+                    p.unlink(missing_ok=True)
+        if not bases:
+            self._segments = [LogSegment.create(self.directory, 0, index_interval=self.config.index_interval_bytes,
+                                                created_ms=now)]
+            self._dir_dirty = True
+        for i, base in enumerate(bases):
+            seg = LogSegment(self.directory, base, index_interval=self.config.index_interval_bytes,
+                             created_ms=now)
+            is_last = i == len(bases) - 1
+            if self._segments and base < self._segments[-1].next_offset:
+                log.warning("event=segment_overlap dir=%s base=%d", self.directory, base)
+                self._delete_segments(bases[i:])
+                break
+            # Older segments were fsynced at roll: trust them if their indexes check out. After
+            # a crash the active segment may hold a torn tail, so it is always validated.
+            if (clean or not is_last) and seg.load():
+                self._segments.append(seg)
+                continue
+            truncated = seg.recover()
+            self._segments.append(seg)
+            if truncated:
+                log.warning("event=log_truncated dir=%s segment=%d bytes=%d", self.directory, base, truncated)
+                if not is_last:  # like Kafka: what follows a torn batch is not trusted
+                    self._delete_segments(bases[i + 1 :])
+                    break
+        self._bases = [s.base_offset for s in self._segments]
+        active = self._segments[-1]
+        self.log_start_offset = self._segments[0].base_offset
+        self.log_end_offset = self.high_watermark = active.next_offset
+        self._load_producer_state()
+        self.flushed_offset = self.log_end_offset if clean else self.log_start_offset
+        marker.unlink(missing_ok=True)
+        _fsync_dir(self.directory)  # the marker must be gone before anything new is written
+        self._dir_dirty = False
+
+    def _delete_segments(self, bases: list[int]) -> None:
+        for base in bases:
+            LogSegment(self.directory, base, index_interval=1, created_ms=0).delete()
+
+    def _load_producer_state(self) -> None:
+        ps = self.producer_state
+        start = ps.load_snapshot(min_offset=self.log_start_offset, max_offset=self.log_end_offset)
+        if start is None:
+            start = self.log_start_offset
+        if start >= self.log_end_offset:
+            return
+        append = ps.begin()
+        idx = max(0, bisect_right(self._bases, start) - 1)
+        for seg in self._segments[idx:]:
+            _, position = seg.index.lookup(start)
+            for _, h in seg.headers_from(position):
+                if h.next_offset <= start or h.producer_id < 0:
+                    continue
+                append.add(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                           h.base_offset, h.last_offset, h.max_timestamp, is_control=h.is_control,
+                           validate=False)
+        append.commit()
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # -- append ----------------------------------------------------------------------------
+
+    def _parse(self, view: memoryview, allow_control: bool) -> list[RecordBatchHeader]:
+        total = len(view)
+        if total == 0:
+            raise InvalidRecordError("the produce request holds no record batch")
+        max_size = self.config.max_message_bytes
+        headers: list[RecordBatchHeader] = []
+        pos = 0
+        while pos < total:
+            try:
+                h = RecordBatchHeader(view, pos)
+            except RecordBatchError as exc:
+                raise CorruptRecordError(f"batch {len(headers)}: {exc}") from None
+            if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or h.end > total:
+                raise CorruptRecordError(
+                    f"batch {len(headers)}: length {h.batch_length} does not fit in the "
+                    f"{total - pos} bytes left in the request")
+            if h.size > max_size:
+                raise RecordTooLargeError(
+                    f"batch of {h.size} bytes exceeds max.message.bytes={max_size} of "
+                    f"{self.topic}-{self.partition}; send smaller batches or raise max.message.bytes")
+            try:
+                h.validate()
+            except RecordBatchError as exc:
+                cls = CorruptRecordError if exc.corrupt else InvalidRecordError
+                raise cls(f"batch {len(headers)}: {exc}") from None
+            if h.is_control and not allow_control:
+                raise InvalidRecordError(
+                    f"batch {len(headers)} is a control batch; only the broker writes those")
+            if h.records_count == 0:
+                raise InvalidRecordError(f"batch {len(headers)} holds no records")
+            if h.producer_id >= 0 and h.base_sequence < 0 and not h.is_control:
+                raise InvalidRecordError(
+                    f"batch {len(headers)} has producer id {h.producer_id} but no sequence number")
+            headers.append(h)
+            pos = h.end
+        if total > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{total} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+        return headers
+
+    def append(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None,
+               allow_control: bool = False) -> AppendResult:
+        """Append the batches of one Produce request, all or nothing.
+
+        Control batches (transaction markers) are refused unless `allow_control`: clients may not
+        write them, only the broker's own coordinators.
+        """
+        view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
+        headers = self._parse(view, allow_control)
+        if now_ms is None:
+            now_ms = self._now_ms()
+        append_time = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else -1
+        staged = self.producer_state.begin()
+        plan: list[tuple[RecordBatchHeader, int]] = []
+        next_offset = self.log_end_offset
+        for h in headers:
+            base = next_offset
+            last = base + h.last_offset_delta
+            if h.producer_id >= 0:
+                ts = append_time if append_time >= 0 else h.max_timestamp
+                dup = staged.add(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                 base, last, ts, is_control=h.is_control)
+                if dup is not None:
+                    return AppendResult(dup.first_offset, dup.last_offset,
+                                        dup.timestamp if append_time >= 0 else -1,
+                                        self.log_start_offset, duplicate=True)
+            plan.append((h, base))
+            next_offset = last + 1
+
+        max_ts = append_time if append_time >= 0 else max(h.max_timestamp for h in headers)
+        segment = self._maybe_roll(len(view), next_offset - 1, max_ts, now_ms)
+        buffers: list[bytes | bytearray | memoryview] = []
+        batches: list[tuple[int, int, int, int]] = []
+        for h, base in plan:
+            max_ts = h.max_timestamp
+            if append_time >= 0:
+                buf = bytearray(h.raw())
+                _PREFIX.pack_into(buf, 0, base, h.batch_length, 0)
+                struct.pack_into(">h", buf, 21, h.attributes | ATTR_TIMESTAMP_TYPE)
+                struct.pack_into(">q", buf, 35, append_time)
+                struct.pack_into(">I", buf, 17, crc32c.crc32c(memoryview(buf)[21:]))
+                buffers.append(buf)
+                max_ts = append_time
+            else:
+                # Only baseOffset and partitionLeaderEpoch change; both are outside the CRC.
+                buffers.append(_PREFIX.pack(base, h.batch_length, 0))
+                buffers.append(view[h.position + 16 : h.end])
+            batches.append((base, base + h.last_offset_delta + 1, max_ts, h.size))
+        segment.append(buffers, batches)
+        staged.commit()
+        base_offset = plan[0][1]
+        self.log_end_offset = self.high_watermark = next_offset
+        return AppendResult(base_offset, next_offset - 1, append_time, self.log_start_offset)
+
+    def _maybe_roll(self, size: int, last_offset: int, max_timestamp: int, now_ms: int) -> LogSegment:
+        seg = self._segments[-1]
+        if seg.is_empty:
+            return seg
+        cfg = self.config
+        # As Kafka: the age of a segment is measured in record time when the records carry
+        # timestamps (new batch's max timestamp - first batch's), else in wall-clock time.
+        if seg.first_timestamp >= 0 and max_timestamp >= 0:
+            age = max_timestamp - seg.first_timestamp
+        else:
+            age = now_ms - seg.created_ms
+        if (
+            seg.size + size > cfg.segment_bytes
+            or age >= cfg.segment_ms
+            or last_offset - seg.base_offset > _MAX_RELATIVE_OFFSET
+            or seg.index.size_bytes + 8 > cfg.segment_index_bytes
+            or seg.time_index.size_bytes + 12 > cfg.segment_index_bytes
+        ):
+            return self.roll(now_ms)
+        return seg
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Seal the active segment (fsync: older segments are always durable) and start a new one."""
+        if now_ms is None:
+            now_ms = self._now_ms()
+        old = self._segments[-1]
+        old.seal()
+        self.flushed_offset = max(self.flushed_offset, self.log_end_offset)
+        self.producer_state.take_snapshot(self.log_end_offset, keep_from=self.log_start_offset)
+        seg = LogSegment.create(self.directory, self.log_end_offset,
+                                index_interval=self.config.index_interval_bytes, created_ms=now_ms)
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        _fsync_dir(self.directory)
+        log.debug("event=segment_rolled dir=%s base=%d", self.directory, seg.base_offset)
+        return seg
+
+    # -- read ------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one holding `offset`, up to `max_bytes`, none with a base
+        offset >= `max_offset` (default: the high watermark). With `min_one_batch` the first
+        batch comes whole even when larger than `max_bytes` (KIP-74); without, nothing does."""
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside {self.topic}-{self.partition}'s range "
+                f"[{self.log_start_offset}, {self.log_end_offset}]")
+        limit = self.high_watermark if max_offset is None else min(max_offset, self.high_watermark)
+        if offset >= limit:
+            return b""
+        idx = max(0, bisect_right(self._bases, offset) - 1)
+        for seg in self._segments[idx:]:
+            if seg.base_offset >= limit:
+                return b""
+            found = seg.find_batch(offset)
+            if found is None:
+                continue
+            start, header = found
+            if header.base_offset >= limit:
+                return b""
+            end = seg.size if limit >= seg.next_offset else seg.position_of(limit)
+            if end - start > max_bytes:
+                end = seg.batch_boundary_within(start, start + max(max_bytes, 0))
+                if not min_one_batch and end - start > max_bytes:
+                    return b""
+            return seg.read(start, end - start)
+        return b""
+
+    # -- timestamps ------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= `timestamp`."""
+        for seg in self._segments:
+            if seg.is_empty or seg.max_timestamp < timestamp:
+                continue
+            start = seg.time_index.offset_before(timestamp)
+            _, position = seg.index.lookup(start if start is not None else seg.base_offset)
+            for pos, h in seg.headers_from(position):
+                if h.base_offset >= self.high_watermark:
+                    return None
+                if h.max_timestamp >= timestamp:
+                    batch = seg.read_batch(pos, h)
+                    for rec in decode_records(batch):
+                        ts = self._record_timestamp(batch, rec.timestamp)
+                        if ts >= timestamp:
+                            return rec.offset, ts
+        return None
+
+    @staticmethod
+    def _record_timestamp(batch: RecordBatchHeader, timestamp: int) -> int:
+        return batch.max_timestamp if batch.attributes & ATTR_TIMESTAMP_TYPE else timestamp
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the largest timestamp (ListOffsets -3)."""
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if not seg.is_empty and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return None
+        found = best.find_batch(best.offset_of_max_timestamp)
+        if found is None:
+            return None
+        pos, h = found
+        batch = best.read_batch(pos, h)
+        for rec in decode_records(batch):
+            ts = self._record_timestamp(batch, rec.timestamp)
+            if ts == batch.max_timestamp:
+                return rec.offset, ts
+        return batch.last_offset, batch.max_timestamp
+
+    # -- durability ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the data appended so far. Safe to run in a worker thread."""
+        target = self.log_end_offset
+        if target <= self.flushed_offset:
+            return
+        seg = self._segments[-1]
+        if self._dir_dirty:
+            self._dir_dirty = False
+            _fsync_dir(self.directory)
+        seg.sync()
+        self.flushed_offset = max(self.flushed_offset, target)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for seg in self._segments:
+            seg.index_interval = config.index_interval_bytes
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete whole old segments past retention.ms / retention.bytes; never the active one."""
+        cfg = self.config
+        if "delete" not in cfg.cleanup_policy.split(","):
+            return 0
+        candidates = self._segments[:-1]
+        by_time = 0
+        if cfg.retention_ms >= 0:
+            for seg in candidates:
+                if now_ms - seg.largest_timestamp() > cfg.retention_ms:
+                    by_time += 1
+                else:
+                    break
+        by_size = 0
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes - cfg.retention_bytes
+            for seg in candidates:
+                if excess - seg.size >= 0:
+                    excess -= seg.size
+                    by_size += 1
+                else:
+                    break
+        count = max(by_time, by_size)
+        if not count:
+            return 0
+        doomed, self._segments = self._segments[:count], self._segments[count:]
+        self._bases = self._bases[count:]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        for seg in doomed:
+            seg.delete()
+        self.producer_state.delete_snapshots(below=self.log_start_offset)
+        log.info("event=retention_deleted dir=%s segments=%d log_start_offset=%d",
+                 self.directory, count, self.log_start_offset)
+        return count
+
+    def close(self) -> None:
+        """Clean shutdown: data and indexes on disk, producer snapshot, clean-shutdown marker."""
+        if not self._segments:
+            return
+        active = self._segments[-1]
+        active.sync()
+        active.index.sync()
+        active.time_index.sync()
+        self.producer_state.take_snapshot(self.log_end_offset, keep_from=self.log_start_offset)
+        fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(self.directory)
+        for seg in self._segments:
+            seg.close()
+        self._segments = []
+        self._bases = []
+
+    def delete(self) -> None:
+        """Close the files without a shutdown snapshot; the caller removes the directory."""
+        for seg in self._segments:
+            seg.close()
+        self._segments = []
+        self._bases = []
+
+    def segment_file(self, base_offset: int, suffix: str = ".log") -> Path:
+        return self.directory / segment_name(base_offset, suffix)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self._segments)})")

@@ -1,0 +1,239 @@
+"""Idempotent producer state per producer id, with the rules of Kafka's ProducerStateManager.
+
+The state is a cache of what the log says: it is snapshotted (`<offset>.snapshot`: the state after
+every batch below that offset) at segment roll and clean close, and rebuilt on open by loading the
+newest usable snapshot and replaying the batches after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import crc32c
+
+from exactly.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from exactly.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
+
+NUM_BATCHES_TO_RETAIN = 5  # Kafka's max.in.flight for idempotence is 5
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOTS_TO_KEEP = 3
+_SNAPSHOT_VERSION = 1
+_CRC = struct.Struct(">I")
+_MAX_SEQUENCE = 0x7FFFFFFF
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _MAX_SEQUENCE)
+
+
+@dataclass(slots=True, frozen=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp: int = -1
+    # Reserved for transactions (a later issue): the coordinator epoch of the last marker and the
+    # first offset of the producer's open transaction. Persisted in snapshots already.
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int | None = None
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def first_sequence(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def copy(self) -> ProducerStateEntry:
+        return ProducerStateEntry(
+            self.producer_id, self.epoch, deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+            self.last_timestamp, self.coordinator_epoch, self.current_txn_first_offset,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "producer_id": self.producer_id,
+            "epoch": self.epoch,
+            "last_timestamp": self.last_timestamp,
+            "coordinator_epoch": self.coordinator_epoch,
+            "current_txn_first_offset": self.current_txn_first_offset,
+            "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp]
+                        for b in self.batches],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProducerStateEntry:
+        batches = deque((BatchMetadata(*map(int, b)) for b in data["batches"]), maxlen=NUM_BATCHES_TO_RETAIN)
+        txn_first = data.get("current_txn_first_offset")
+        return cls(int(data["producer_id"]), int(data["epoch"]), batches, int(data["last_timestamp"]),
+                   int(data.get("coordinator_epoch", -1)), None if txn_first is None else int(txn_first))
+
+
+class ProducerAppend:
+    """The producer-state changes of one append, checked batch by batch, applied by commit()."""
+
+    def __init__(self, manager: ProducerStateManager) -> None:
+        self._manager = manager
+        self.updated: dict[int, ProducerStateEntry] = {}
+
+    def add(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
+            last_offset: int, timestamp: int, *, is_control: bool = False,
+            validate: bool = True) -> BatchMetadata | None:
+        """Check one batch against the state so far; returns the cached batch if it is a retry."""
+        entry = self.updated.get(producer_id)
+        if entry is None:
+            current = self._manager.entries.get(producer_id)
+            entry = current.copy() if current is not None else ProducerStateEntry(producer_id)
+        if validate and not is_control:
+            duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
+            if duplicate is not None:
+                return duplicate
+        if validate:
+            if epoch < entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {producer_id} wrote with epoch {epoch}, but epoch {entry.epoch} is newer: "
+                    "this producer has been fenced; re-initialize it (InitProducerId)")
+            if not is_control:
+                self._check_sequence(entry, epoch, first_seq)
+        if epoch != entry.epoch:
+            entry.batches.clear()
+            entry.epoch = epoch
+        if not is_control:
+            entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
+        entry.last_timestamp = timestamp
+        self.updated[producer_id] = entry
+        return None
+
+    @staticmethod
+    def _check_sequence(entry: ProducerStateEntry, epoch: int, first_seq: int) -> None:
+        if epoch != entry.epoch:
+            if first_seq != 0 and entry.epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"producer {entry.producer_id}: first batch of new epoch {epoch} has sequence "
+                    f"{first_seq}, expected 0")
+        elif not in_sequence(entry.last_sequence, first_seq):
+            raise OutOfOrderSequenceError(
+                f"producer {entry.producer_id} epoch {epoch}: sequence {first_seq} does not follow "
+                f"the last written sequence {entry.last_sequence}")
+
+    def commit(self) -> None:
+        self._manager.entries.update(self.updated)
+        self.updated = {}
+
+
+class ProducerStateManager:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.entries: dict[int, ProducerStateEntry] = {}
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.entries.get(producer_id)
+
+    def begin(self) -> ProducerAppend:
+        return ProducerAppend(self)
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot_path(self, offset: int) -> Path:
+        return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+            try:
+                offsets.append(int(path.name[: -len(SNAPSHOT_SUFFIX)]))
+            except ValueError:
+                continue
+        return sorted(offsets)
+
+    def take_snapshot(self, offset: int, *, keep_from: int = 0) -> None:
+        """Write the state (covering the log below `offset`) atomically, then prune old snapshots."""
+        payload = json.dumps({
+            "version": _SNAPSHOT_VERSION,
+            "offset": offset,
+            "producers": [e.to_json() for e in self.entries.values()],
+        }, separators=(",", ":")).encode()
+        data = _CRC.pack(crc32c.crc32c(payload)) + payload
+        path = self.snapshot_path(offset)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        offsets = [o for o in self.snapshot_offsets() if o >= keep_from]
+        keep = set(offsets[-SNAPSHOTS_TO_KEEP:])
+        for o in self.snapshot_offsets():
+            if o not in keep:
+                self.snapshot_path(o).unlink(missing_ok=True)
+
+    def delete_snapshots(self, *, below: int | None = None, above: int | None = None) -> None:
+        for o in self.snapshot_offsets():
+            if (below is not None and o < below) or (above is not None and o > above):
+                self.snapshot_path(o).unlink(missing_ok=True)
+
+    def load_snapshot(self, *, min_offset: int, max_offset: int) -> int | None:
+        """Load the newest readable snapshot within [min_offset, max_offset]; returns its offset.
+
+        Snapshots past `max_offset` (the log was truncated under them) and unreadable ones are
+        deleted. With none, the state is empty and the caller replays from the log start.
+        """
+        for tmp in self.directory.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):
+            tmp.unlink(missing_ok=True)
+        self.delete_snapshots(above=max_offset)
+        self.entries = {}
+        for offset in reversed(self.snapshot_offsets()):
+            if offset < min_offset:
+                break
+            path = self.snapshot_path(offset)
+            try:
+                data = path.read_bytes()
+                (crc,) = _CRC.unpack_from(data, 0)
+                payload = data[_CRC.size :]
+                if crc32c.crc32c(payload) != crc:
+                    raise ValueError("snapshot CRC mismatch")
+                doc = json.loads(payload)
+                if doc.get("version") != _SNAPSHOT_VERSION:
+                    raise ValueError(f"unknown snapshot version {doc.get('version')}")
+                entries = {}
+                for item in doc["producers"]:
+                    entry = ProducerStateEntry.from_json(item)
+                    entries[entry.producer_id] = entry
+            except (OSError, ValueError, KeyError, TypeError, struct.error):
+                path.unlink(missing_ok=True)
+                continue
+            self.entries = entries
+            return offset
+        return None

@@ -1,0 +1,116 @@
+"""The API-versions table of the broker, in one place, and the kio classes for each version."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.index import api_key_map
+from kio.static.constants import EntityType
+
+
+class ApiKey:
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLUSTER = 60
+
+
+# What the broker advertises in ApiVersions: (min, max) per API key. A handler must exist for each.
+SUPPORTED: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 13),
+    ApiKey.FETCH: (4, 18),
+    ApiKey.LIST_OFFSETS: (1, 10),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
+
+
+def api_name(api_key: int) -> str:
+    return api_key_map.get(api_key, f"unknown({api_key})")
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    bounds = SUPPORTED.get(api_key)
+    return bounds is not None and bounds[0] <= version <= bounds[1]
+
+
+@cache
+def request_class(api_key: int, version: int) -> type:
+    return _payload_class(load_payload_module(api_key, version, EntityType.request))
+
+
+@cache
+def response_module(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+@cache
+def response_class(api_key: int, version: int) -> type:
+    return _payload_class(response_module(api_key, version))
+
+
+def _payload_class(module: ModuleType) -> type:
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) in (
+            EntityType.request,
+            EntityType.response,
+        ) and value.__module__ == module.__name__:
+            return value
+    raise LookupError(f"no payload class in {module.__name__}")
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def build(cls: type, /, **values: Any) -> Any:
+    """Instantiate a kio entity, ignoring fields this version does not have.
+
+    Handlers describe a response once for all versions; each version keeps the fields it knows.
+    """
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(cls: type, name: str) -> bool:
+    return name in _field_names(cls)

@@ -1,0 +1,169 @@
+"""Kafka framing: a 4-byte big-endian size, then a request or response header and body.
+
+Request headers: v1 (api key, version, correlation id, nullable client id) for non-flexible
+versions, v2 (v1 + tagged fields) for flexible ones. Response headers: v0 (correlation id) or v1
+(+ tagged fields); ApiVersions always answers with header v0 so any client can read it (KIP-511).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.serial import entity_reader, entity_writer
+
+from exactly.protocol.apis import ApiKey, request_class, response_class
+
+SIZE = struct.Struct(">i")
+_FIXED_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
+
+
+class MalformedRequest(ValueError):
+    """A frame that cannot be decoded. The connection that sent it is closed."""
+
+
+@dataclass(slots=True, frozen=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """The fixed part of any request header, readable for every version and API."""
+    if len(frame) < _FIXED_HEADER.size:
+        raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(frame, 0)
+    return api_key, api_version, correlation_id
+
+
+def _read_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
+    """Skip a tagged-field section (KIP-482); the header carries no tags we act on."""
+    count, pos = _read_uvarint(frame, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(frame, pos)
+        size, pos = _read_uvarint(frame, pos)
+        pos += size
+        if pos > len(frame):
+            raise MalformedRequest("tagged field runs past the end of the frame")
+    return pos
+
+
+def _read_uvarint(frame: bytes | memoryview, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(frame):
+            raise MalformedRequest("frame ends inside a varint")
+        b = frame[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise MalformedRequest("unsigned varint longer than 5 bytes")
+
+
+def parse_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
+    """Decode the request header; returns it and the position where the body starts."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    pos = _FIXED_HEADER.size
+    if len(frame) < pos + 2:
+        raise MalformedRequest("request header ends before the client id")
+    (client_len,) = struct.unpack_from(">h", frame, pos)
+    pos += 2
+    client_id: str | None = None
+    if client_len >= 0:
+        if pos + client_len > len(frame):
+            raise MalformedRequest("client id runs past the end of the frame")
+        try:
+            client_id = bytes(frame[pos : pos + client_len]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedRequest("client id is not UTF-8") from exc
+        pos += client_len
+    elif client_len != -1:
+        raise MalformedRequest(f"negative client id length {client_len}")
+    if flexible:
+        pos = _read_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+@cache
+def _reader(api_key: int, version: int) -> Any:
+    return entity_reader(request_class(api_key, version))
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return bool(request_class(api_key, version).__flexible__)
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
+    """Header and kio request entity of a supported API version; MalformedRequest otherwise.
+
+    Bytes left over inside the frame after the body are ignored, as Apache Kafka's parser does:
+    librdkafka pads some requests (Metadata v12 for all topics) with unused bytes.
+    """
+    api_key, api_version, _ = peek_header(frame)
+    header, pos = parse_header(frame, is_flexible(api_key, api_version))
+    try:
+        request, size = _reader(api_key, api_version)(frame, pos)
+    except Exception as exc:  # kio raises several types for short or inconsistent input
+        raise MalformedRequest(f"cannot decode {api_key=} v{api_version} body: {exc}") from exc
+    return header, request
+
+
+@cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
+    """A complete response frame, size prefix included."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(struct.pack(">i", correlation_id))
+    flexible = response_class(api_key, api_version).__flexible__
+    if flexible and api_key != ApiKey.API_VERSIONS:
+        buf.write(b"\0")  # response header v1: no tagged fields
+    _writer(type(response))(buf, response)
+    data = buf.getbuffer()
+    SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    del data
+    return out
+
+
+def encode_request(header: RequestHeader, request: Any) -> bytes:
+    """A complete request frame (used by tests and tools that speak raw protocol)."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(_FIXED_HEADER.pack(header.api_key, header.api_version, header.correlation_id))
+    if header.client_id is None:
+        buf.write(struct.pack(">h", -1))
+    else:
+        raw = header.client_id.encode()
+        buf.write(struct.pack(">h", len(raw)) + raw)
+    if type(request).__flexible__:
+        buf.write(b"\0")
+    _writer(type(request))(buf, request)
+    data = buf.getbuffer()
+    SIZE.pack_into(data, 0, len(data) - 4)
+    out = bytes(data)
+    del data
+    return out
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """Correlation id and entity of a response frame without its size prefix."""
+    (correlation_id,) = struct.unpack_from(">i", frame, 0)
+    pos = 4
+    cls = response_class(api_key, api_version)
+    if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
+        pos = _read_tagged_fields(frame, pos)
+    response, _size = entity_reader(cls)(frame, pos)
+    return correlation_id, response

@@ -1,0 +1,25 @@
+"""Request handlers, one module per API family; HANDLERS maps every advertised API key."""
+
+from __future__ import annotations
+
+from exactly.protocol.apis import SUPPORTED
+from exactly.server.context import Handler
+from exactly.server.handlers import (
+    api_versions,
+    configs,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    produce,
+    producer_id,
+    topics,
+)
+
+HANDLERS: dict[int, Handler] = {}
+for _module in (api_versions, metadata, produce, fetch, list_offsets, producer_id, topics, configs,
+                groups):
+    HANDLERS.update(_module.HANDLERS)
+
+_missing = set(SUPPORTED) - set(HANDLERS)
+assert not _missing, f"advertised APIs without a handler: {sorted(_missing)}"

@@ -1,0 +1,106 @@
+"""DescribeConfigs (v1–v4) and IncrementalAlterConfigs (v0–v1) for topics; brokers are
+described (read only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exactly.log.errors import LogError
+from exactly.protocol.apis import ApiKey
+from exactly.protocol.errors import ErrorCode
+from exactly.server.context import RequestContext
+from exactly.server.handlers.common import NO_THROTTLE
+
+TOPIC, BROKER = 2, 4
+SOURCE = {"TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _entries(ctx: RequestContext, resource: Any) -> list[tuple[str, str | None, str, bool, bool]]:
+    """(name, value, source, read_only, sensitive) of a resource; raises LookupError if unknown."""
+    if resource.resource_type == TOPIC:
+        if ctx.broker.logs.topic(resource.resource_name) is None:
+            raise LookupError(resource.resource_name)
+        return [(e.name, e.value, e.source, e.read_only, e.sensitive)
+                for e in ctx.broker.logs.describe_topic_configs(resource.resource_name)]
+    return [(e.name, e.value, "DEFAULT_CONFIG" if e.is_default else "STATIC_BROKER_CONFIG",
+             e.read_only, e.is_sensitive) for e in ctx.broker.config.items()]
+
+
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    results = []
+    for res in request.resources:
+        error, message, configs = ErrorCode.none, None, []
+        if res.resource_type == BROKER and res.resource_name not in ("", str(ctx.broker.node_id)):
+            error, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
+        elif res.resource_type not in (TOPIC, BROKER):
+            error, message = ErrorCode.invalid_request, f"resource type {res.resource_type} not supported"
+        else:
+            try:
+                entries = _entries(ctx, res)
+            except LookupError:
+                error = ErrorCode.unknown_topic_or_partition
+                message = f"topic {res.resource_name!r} does not exist"
+                entries = []
+            keys = set(res.configuration_keys) if res.configuration_keys else None
+            for name, value, source, read_only, sensitive in entries:
+                if keys is not None and name not in keys:
+                    continue
+                configs.append(ctx.nested(
+                    "DescribeConfigsResourceResult", name=name, value=value, read_only=read_only,
+                    config_source=SOURCE.get(source, 5), is_default=source == "DEFAULT_CONFIG",
+                    is_sensitive=sensitive, synonyms=(), config_type=0, documentation=None))
+        results.append(ctx.nested("DescribeConfigsResult", error_code=error, error_message=message,
+                                  resource_type=res.resource_type, resource_name=res.resource_name,
+                                  configs=tuple(configs)))
+    return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    responses = []
+    for res in request.resources:
+        error, message = ErrorCode.none, None
+        if res.resource_type != TOPIC:
+            error = ErrorCode.invalid_request
+            message = "only topic configs can be altered; broker configs are static"
+        elif ctx.broker.logs.topic(res.resource_name) is None:
+            error = ErrorCode.unknown_topic_or_partition
+            message = f"topic {res.resource_name!r} does not exist"
+        else:
+            to_set: dict[str, str] = {}
+            to_delete: list[str] = []
+            for c in res.configs:
+                if c.config_operation == SET and c.value is not None:
+                    to_set[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    to_delete.append(c.name)
+                else:
+                    error = ErrorCode.invalid_request
+                    message = f"operation {c.config_operation} on {c.name} is not supported for " \
+                              "these (non-list) configs"
+            if error == ErrorCode.none:
+                try:
+                    ctx.broker.logs.alter_topic_configs(res.resource_name, to_set, to_delete,
+                                                        validate_only=request.validate_only)
+                except LogError as exc:
+                    error, message = exc.error_code, str(exc)
+        responses.append(ctx.nested("AlterConfigsResourceResponse", error_code=error,
+                                    error_message=message, resource_type=res.resource_type,
+                                    resource_name=res.resource_name))
+    return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.nested("DescribeClusterBroker", broker_id=ctx.broker.node_id,
+                        host=ctx.broker.advertised_host, port=ctx.broker.advertised_port, rack=None)
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                        endpoint_type=getattr(request, "endpoint_type", 1),
+                        cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.node_id,
+                        brokers=(broker,))
+
+
+HANDLERS = {
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
+}

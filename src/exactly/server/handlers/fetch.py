@@ -1,0 +1,96 @@
+"""Fetch (v4–v18): whole stored batches from the fetch offset, long-polling until min_bytes.
+
+Fetch sessions (KIP-227) are declined: the answer always carries session id 0, which tells the
+client to keep sending full fetch requests, as Kafka allows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from exactly.log import PartitionLog
+from exactly.log.errors import LogError
+from exactly.protocol.apis import ApiKey
+from exactly.protocol.errors import ErrorCode
+from exactly.server.context import RequestContext
+from exactly.server.handlers.common import NO_THROTTLE, partition_log, topic_of, unknown_topic_error
+
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class _Wanted:
+    partition: int
+    offset: int
+    max_bytes: int
+    plog: PartitionLog | None
+    error: ErrorCode
+
+
+async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
+    if request.session_id != 0 and request.session_epoch not in (-1, 0):
+        # We never hand out sessions, so an incremental fetch names one we don't know.
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
+                            session_id=0, responses=())
+    wanted: list[tuple[Any, str | None, Any, list[_Wanted]]] = []
+    logs: list[PartitionLog] = []
+    for topic in request.topics:
+        info, name, topic_id = topic_of(ctx, topic)
+        parts = []
+        for p in topic.partitions:
+            plog = partition_log(ctx, info, p.partition)
+            error = ErrorCode.none if plog else unknown_topic_error(topic_id, name)
+            parts.append(_Wanted(p.partition, p.fetch_offset, p.partition_max_bytes, plog, error))
+            if plog is not None:
+                logs.append(plog)
+        wanted.append((topic, name, topic_id, parts))
+
+    deadline = time.monotonic() + request.max_wait.total_seconds()
+    while True:
+        responses, total = _read(ctx, request, wanted)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or remaining <= 0 or not logs:
+            return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
+                                responses=responses)
+        await ctx.broker.wait_for_append(logs, remaining)
+
+
+def _read(ctx: RequestContext, request: Any, wanted: list[Any]) -> tuple[tuple[Any, ...], int]:
+    budget = request.max_bytes
+    total = 0
+    responses = []
+    committed = request.isolation_level == READ_COMMITTED
+    for _topic, name, topic_id, parts in wanted:
+        partitions = []
+        for w in parts:
+            records: bytes | memoryview = b""
+            error = w.error
+            hwm = lso = start = -1
+            if w.plog is not None:
+                plog = w.plog
+                hwm, start = plog.high_watermark, plog.log_start_offset
+                lso = hwm  # no transactions yet: everything below the high watermark is stable
+                # KIP-74: the first batch of the response goes out whole even past the limits, so
+                # the consumer always progresses; later partitions get what still fits.
+                limit = w.max_bytes if total == 0 else min(w.max_bytes, budget)
+                try:
+                    if limit > 0 or total == 0:
+                        records = plog.read(w.offset, limit, max_offset=lso if committed else hwm,
+                                            min_one_batch=total == 0)
+                except LogError as exc:
+                    error = exc.error_code
+            total += len(records)
+            budget -= len(records)
+            partitions.append(ctx.nested(
+                "PartitionData", partition_index=w.partition, error_code=error, high_watermark=hwm,
+                last_stable_offset=lso, log_start_offset=start,
+                aborted_transactions=() if committed else None, preferred_read_replica=-1,
+                records=bytes(records)))
+        responses.append(ctx.nested("FetchableTopicResponse", topic=name or "", topic_id=topic_id,
+                                    partitions=tuple(partitions)))
+    return tuple(responses), total
+
+
+HANDLERS = {ApiKey.FETCH: handle_fetch}

@@ -1,0 +1,289 @@
+"""Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, DescribeGroups, ListGroups, DeleteGroups — thin adapters over `exactly.groups`.
+
+The coordinator is sans-IO: parked JoinGroup/SyncGroup answers come through callbacks, which
+these handlers turn into futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from exactly.groups import GroupCoordinator, JoinResult, OffsetToCommit, SyncResult
+from exactly.protocol.apis import ApiKey, build
+from exactly.server.context import Handler, RequestContext
+
+NO_THROTTLE = datetime.timedelta(0)
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+
+
+def _ms(value: Any) -> int:
+    """kio's i32Timedelta fields are timedeltas; plain ints pass through."""
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+def _nested(ctx: RequestContext, class_name: str, /, **fields: Any) -> Any:
+    # Not ctx.nested(): its first parameter is called `name`, which collides with the `name`
+    # field of OffsetCommitResponseTopic / OffsetFetchResponseTopic.
+    return build(getattr(ctx.response_module, class_name), **fields)
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    return ctx.broker.groups  # type: ignore[no-any-return]
+
+
+# -- FindCoordinator --------------------------------------------------------------------------
+
+
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+
+    def answer(key: str) -> tuple[ErrorCode, str | None]:
+        if key_type == KEY_TYPE_GROUP:
+            return ErrorCode.none, None
+        if key_type == KEY_TYPE_TRANSACTION:
+            return ErrorCode.coordinator_not_available, "transactions are not enabled yet"
+        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
+
+    def fields(error: ErrorCode) -> dict[str, Any]:
+        ok = error is ErrorCode.none
+        return {"node_id": broker.node_id if ok else -1,
+                "host": broker.advertised_host if ok else "",
+                "port": broker.advertised_port if ok else -1}
+
+    if ctx.api_version >= 4:
+        coordinators = []
+        for key in request.coordinator_keys:
+            error, message = answer(key)
+            coordinators.append(_nested(ctx, "Coordinator", key=key, error_code=error,
+                                           error_message=message, **fields(error)))
+        return ctx.response(throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
+    error, message = answer(request.key)
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message,
+                        **fields(error))
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -------------------------------------------
+
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[JoinResult] = loop.create_future()
+
+    def respond(result: JoinResult) -> None:
+        if not future.done():
+            future.set_result(result)
+
+    session_ms = _ms(request.session_timeout)
+    rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
+    if rebalance_ms < 0:
+        rebalance_ms = session_ms
+    _coordinator(ctx).join_group(
+        group_id=request.group_id, member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=ctx.client_id or "", client_host=ctx.client_host,
+        session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, p.metadata) for p in request.protocols],
+        # MEMBER_ID_REQUIRED is understood from v4 on (KIP-394).
+        require_known_member_id=ctx.api_version >= 4,
+        now_ms=ctx.broker.now_ms(), respond=respond,
+    )
+    result = await future
+    error = result.error
+    if error is ErrorCode.member_id_required and ctx.api_version < 4:  # cannot happen; be safe
+        error = ErrorCode.unknown_member_id
+    members = tuple(
+        _nested(ctx, "JoinGroupResponseMember", member_id=m.member_id,
+                   group_instance_id=m.group_instance_id, metadata=m.metadata)
+        for m in result.members
+    )
+    return ctx.response(
+        throttle_time=NO_THROTTLE, error_code=error, generation_id=result.generation_id,
+        # v7+ make these nullable; older versions send "" where Kafka has no protocol.
+        protocol_type=result.protocol_type,
+        protocol_name=(result.protocol_name if ctx.api_version >= 7
+                       else result.protocol_name or ""),
+        leader=result.leader_id, skip_assignment=result.skip_assignment,
+        member_id=result.member_id, members=members,
+    )
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[SyncResult] = loop.create_future()
+
+    def respond(result: SyncResult) -> None:
+        if not future.done():
+            future.set_result(result)
+
+    coordinator = _coordinator(ctx)
+    coordinator.sync_group(
+        group_id=request.group_id, generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={a.member_id: a.assignment for a in request.assignments},
+        now_ms=ctx.broker.now_ms(), respond=respond,
+    )
+    result = await future
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=result.error,
+                        protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+                        assignment=result.assignment)
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    error = _coordinator(ctx).heartbeat(
+        group_id=request.group_id, member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        generation_id=request.generation_id, now_ms=ctx.broker.now_ms(),
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error)
+
+
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 3:
+        identities = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        identities = [(request.member_id, None)]
+    top, errors = _coordinator(ctx).leave_group(group_id=request.group_id, members=identities,
+                                               now_ms=ctx.broker.now_ms())
+    if ctx.api_version < 3:
+        # v0-2 have one error code: the top-level one, else the member's (Kafka's getError).
+        error = top if top is not ErrorCode.none else (errors[0] if errors else top)
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=error)
+    members = tuple(
+        _nested(ctx, "MemberResponse", member_id=mid, group_instance_id=iid, error_code=err)
+        for (mid, iid), err in zip(identities, errors, strict=False)
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=top, members=members)
+
+
+# -- OffsetCommit / OffsetFetch ---------------------------------------------------------------
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    offsets = {
+        (topic.name, p.partition_index): OffsetToCommit(
+            p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+        for topic in request.topics for p in topic.partitions
+    }
+    result = _coordinator(ctx).commit_offsets(
+        group_id=request.group_id, member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        generation_id=request.generation_id_or_member_epoch, offsets=offsets,
+        now_ms=ctx.broker.now_ms(),
+    )
+    if result.log is not None:
+        # Acknowledge a commit only once it is durable under the flush policy.
+        await ctx.broker.sync([result.log])
+    topics = tuple(
+        _nested(ctx, "OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
+            _nested(ctx, "OffsetCommitResponsePartition", partition_index=p.partition_index,
+                       error_code=result.errors[(topic.name, p.partition_index)])
+            for p in topic.partitions))
+        for topic in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
+
+
+def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: str) -> tuple:
+    """One group's OffsetFetch answer. `suffix` is "" for v1-7 names, "s" for the v8+ ones."""
+    coordinator = _coordinator(ctx)
+    wanted = None if topics is None else [
+        (t.name, p) for t in topics for p in t.partition_indexes
+    ]
+    found = coordinator.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), committed in found.items():
+        by_topic.setdefault(topic, []).append(_nested(ctx, 
+            "OffsetFetchResponsePartition" + suffix, partition_index=partition,
+            committed_offset=committed.offset if committed else -1,
+            committed_leader_epoch=committed.leader_epoch if committed else -1,
+            metadata=committed.metadata if committed else "", error_code=ErrorCode.none))
+    if topics is not None:  # keep the request's topic order, including topics with no offsets
+        for t in topics:
+            by_topic.setdefault(t.name, [])
+    return tuple(
+        _nested(ctx, "OffsetFetchResponseTopic" + suffix, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 8:
+        groups = tuple(
+            _nested(ctx, "OffsetFetchResponseGroup", group_id=g.group_id, error_code=ErrorCode.none,
+                       topics=_fetch_topics(ctx, g.group_id, g.topics, suffix="s"))
+            for g in request.groups
+        )
+        return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
+    topics = _fetch_topics(ctx, request.group_id, request.topics, suffix="")
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
+
+
+# -- DescribeGroups / ListGroups / DeleteGroups -----------------------------------------------
+
+
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    described = []
+    for group_id in request.groups:
+        d = coordinator.describe_group(group_id)
+        members = tuple(
+            _nested(ctx, "DescribedGroupMember", member_id=m.member_id,
+                       group_instance_id=m.group_instance_id, client_id=m.client_id,
+                       client_host=m.client_host, member_metadata=m.metadata,
+                       member_assignment=m.assignment)
+            for m in d.members
+        )
+        described.append(_nested(ctx, 
+            "DescribedGroup", error_code=ErrorCode.none, group_id=d.group_id,
+            group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
+            members=members, authorized_operations=-(2**31)))
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    states = set(getattr(request, "states_filter", ()) or ())
+    types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+    # Every group here is a classic group (KIP-848 consumer groups are not implemented).
+    listed = [] if types and "classic" not in types else _coordinator(ctx).list_groups(states)
+    groups = tuple(
+        _nested(ctx, "ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
+                   group_state=g.state, group_type="classic")
+        for g in listed
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
+
+
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    names = list(request.groups_names)
+    errors = _coordinator(ctx).delete_groups(names, ctx.broker.now_ms())
+    results = tuple(
+        _nested(ctx, "DeletableGroupResult", group_id=name, error_code=errors[name])
+        for name in names
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, results=results)
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
+}

@@ -1,0 +1,122 @@
+"""CreateTopics (v2–v7), DeleteTopics (v1–v6), CreatePartitions (v0–v3)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from exactly.log.errors import LogError
+from exactly.protocol.apis import ApiKey
+from exactly.protocol.errors import ErrorCode
+from exactly.server.context import RequestContext
+from exactly.server.handlers.common import NO_THROTTLE
+
+log = logging.getLogger("exactly.topics")
+
+SOURCE = {"TOPIC_CONFIG": 1, "DEFAULT_CONFIG": 5}
+
+
+def _check_placement(ctx: RequestContext, replication_factor: int, assignments: Any) -> str | None:
+    node = ctx.broker.node_id
+    if replication_factor not in (-1, 1):
+        return f"replication factor {replication_factor} is larger than the 1 available broker"
+    for a in assignments or ():
+        if tuple(a.broker_ids) != (node,):
+            return f"replica assignment {list(a.broker_ids)} names brokers other than {node}"
+    return None
+
+
+def _created_configs(ctx: RequestContext, name: str) -> tuple[Any, ...] | None:
+    """The new topic's configs, which CreateTopics v5+ returns."""
+    if not hasattr(ctx.response_module, "CreatableTopicConfigs"):
+        return None
+    return tuple(
+        ctx.nested("CreatableTopicConfigs", name=e.name, value=e.value, read_only=e.read_only,
+                   config_source=SOURCE.get(e.source, 5), is_sensitive=e.sensitive)
+        for e in ctx.broker.logs.describe_topic_configs(name))
+
+
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+    logs = ctx.broker.logs
+    results = []
+    for t in request.topics:
+        error, message, info, configs = ErrorCode.none, None, None, None
+        placement = _check_placement(ctx, t.replication_factor, t.assignments)
+        num_partitions = t.num_partitions
+        if t.assignments:
+            num_partitions = len(t.assignments) if num_partitions == -1 else num_partitions
+        if num_partitions == -1:
+            num_partitions = ctx.broker.config["num.partitions"]
+        if placement is not None:
+            error = (ErrorCode.invalid_replication_factor if "factor" in placement
+                     else ErrorCode.invalid_replica_assignment)
+            message = placement
+        else:
+            try:
+                info = logs.create_topic(t.name, num_partitions,
+                                         {c.name: c.value for c in t.configs if c.value is not None},
+                                         validate_only=request.validate_only)
+                if not request.validate_only:
+                    log.info("created topic %s with %d partition(s)", t.name, num_partitions)
+                    configs = _created_configs(ctx, t.name)
+            except LogError as exc:
+                error, message = exc.error_code, str(exc)
+        results.append(ctx.nested(
+            "CreatableTopicResult", name=t.name, topic_id=info.topic_id if info else None,
+            error_code=error, error_message=message,
+            num_partitions=num_partitions if error == ErrorCode.none else -1,
+            replication_factor=1 if error == ErrorCode.none else -1, configs=configs))
+    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+    logs = ctx.broker.logs
+    if hasattr(request, "topics"):
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        error, message = ErrorCode.none, None
+        info = logs.topic(name) if name else (logs.topic_by_id(topic_id) if topic_id else None)
+        if not ctx.broker.config["delete.topic.enable"]:
+            error, message = ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
+        elif info is None:
+            error = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+        elif info.internal:
+            error, message = ErrorCode.invalid_topic_exception, f"{info.name} is an internal topic"
+        else:
+            try:
+                logs.delete_topic(info.name)
+                log.info("deleted topic %s", info.name)
+            except LogError as exc:
+                error, message = exc.error_code, str(exc)
+        results.append(ctx.nested("DeletableTopicResult", name=info.name if info else name,
+                                  topic_id=info.topic_id if info else topic_id, error_code=error,
+                                  error_message=message))
+    return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+    logs = ctx.broker.logs
+    results = []
+    for t in request.topics:
+        error, message = ErrorCode.none, None
+        placement = _check_placement(ctx, 1, t.assignments)
+        if placement is not None:
+            error, message = ErrorCode.invalid_replica_assignment, placement
+        else:
+            try:
+                logs.create_partitions(t.name, t.count, validate_only=request.validate_only)
+            except LogError as exc:
+                error, message = exc.error_code, str(exc)
+        results.append(ctx.nested("CreatePartitionsTopicResult", name=t.name, error_code=error,
+                                  error_message=message))
+    return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+HANDLERS = {
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+}

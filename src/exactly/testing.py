@@ -1,0 +1,351 @@
+"""A real broker in a child process, for tests, benchmarks and demos.
+
+    with EmbeddedBroker(settings={"log.flush.policy": "os"}) as broker:
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        ...
+        broker.restart()            # SIGKILL, then start again on the same data and port
+
+The broker runs as `python -m exactly broker` so that a test talks to it over TCP exactly as a
+client would, and so that `kill()` is a real crash. Its stderr (the broker's log) goes to
+`broker.log_path`; on a test failure the pytest fixtures below add it to the report.
+
+pytest fixtures (import them into conftest.py):
+    broker          a started broker, stopped after the test; settings from
+                    @pytest.mark.broker_settings({...})
+    broker_factory  make(settings=..., data_dir=...) -> a started broker; all closed after the test
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+LISTENING = re.compile(r"Exactly broker listening on (?P<host>\S+):(?P<port>\d+)")
+KEEP_ENV = "EXACTLY_KEEP_BROKER_DATA"  # set to 1 to keep temporary data dirs for a post-mortem
+
+
+class BrokerStartError(RuntimeError):
+    """The broker process did not come up; the message carries its log."""
+
+
+_live: weakref.WeakSet[EmbeddedBroker] = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for b in list(_live):
+        if b.process is not None and b.process.poll() is None:
+            b.process.kill()
+
+
+class EmbeddedBroker:
+    """A broker process on a data directory that outlives restarts.
+
+    data_dir: kept between start/stop/kill/restart; a temporary one (removed by close()) if
+    None. settings: broker config keys, passed as --set. port 0 picks a free port on the first
+    start; restarts ask for the same port again.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config_file: str | os.PathLike[str] | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._tmp_root: Path | None = None
+        if data_dir is None or log_path is None:
+            self._tmp_root = Path(tempfile.mkdtemp(prefix="exactly-broker-"))
+        self.data_dir = Path(data_dir) if data_dir is not None else self._tmp_root / "data"  # type: ignore[operator]
+        self.log_path = Path(log_path) if log_path is not None else self._tmp_root / "broker.log"  # type: ignore[operator]
+        self.settings = {k: _text(v) for k, v in (settings or {}).items()}
+        self.config_file = config_file
+        self.startup_timeout = startup_timeout
+        self.env = dict(env) if env is not None else None
+        self._requested_host = host
+        self._requested_port = port
+        self.host: str = host
+        self.port: int = port
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stdout_lines: list[str] = []
+        self.starts = 0
+        self._reader: threading.Thread | None = None
+        self._listening = threading.Event()
+        _live.add(self)
+
+    # -- what tests use --
+
+    @property
+    def bootstrap(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> Self:
+        """Start the process and return once it accepts connections."""
+        if self.running:
+            raise RuntimeError(f"broker already running on {self.bootstrap}")
+        # After a first start, ask for the port clients already know.
+        port = self.port if self.starts else self._requested_port
+        log_size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        try:
+            self._spawn(port)
+        except BrokerStartError:
+            if port == 0 or self._requested_port != 0 or not self._port_taken(log_size):
+                raise
+            # Another process took the old port meanwhile: any port will do.
+            self._note(f"port {port} is taken; starting on a free port")
+            self._spawn(0)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM and wait; SIGKILL if it does not end in `timeout` s. Returns the exit code."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._note(f"did not stop {timeout:g}s after SIGTERM: killed")
+                proc.kill()
+                proc.wait()
+        self._join_reader()
+        return proc.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL (a crash) and wait. Returns the exit code."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self._join_reader()
+        return proc.returncode
+
+    def restart(self, kill: bool = True) -> Self:
+        """kill() (or stop()) then start() on the same data dir and, if free, the same port."""
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        """stop(), then remove the temporary directory (if this broker made one)."""
+        try:
+            self.stop()
+        finally:
+            _live.discard(self)
+            if self._tmp_root is not None and not os.environ.get(KEEP_ENV):
+                shutil.rmtree(self._tmp_root, ignore_errors=True)
+                self._tmp_root = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 200) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"EmbeddedBroker({self.bootstrap}, {state}, data_dir={str(self.data_dir)!r})"
+
+    # -- machinery --
+
+    def command(self, port: int) -> list[str]:
+        host = f"[{self._requested_host}]" if ":" in self._requested_host else self._requested_host
+        cmd = [
+            sys.executable,
+            "-m",
+            "exactly",
+            "broker",
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            f"{host}:{port}",
+        ]
+        if self.config_file is not None:
+            cmd += ["--config", str(self.config_file)]
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def _note(self, text: str) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(f"----- [EmbeddedBroker {time.strftime('%H:%M:%S')}] {text}\n")
+
+    def _spawn(self, port: int) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = self.command(port)
+        self.starts += 1
+        self._note(f"start #{self.starts}: {' '.join(cmd)}")
+        env = dict(os.environ if self.env is None else self.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        self._listening = threading.Event()
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                env=env,
+            )
+        assert self.process.stdout is not None
+        self._reader = threading.Thread(
+            target=self._read_stdout,
+            args=(self.process.stdout, self._listening),
+            name=f"broker-stdout-{self.process.pid}",
+            daemon=True,
+        )
+        self._reader.start()
+        deadline = time.monotonic() + self.startup_timeout
+        while not self._listening.wait(0.02):
+            if self.process.poll() is not None:
+                self._join_reader()
+                raise BrokerStartError(
+                    f"broker exited with code {self.process.returncode} before listening\n"
+                    f"command: {' '.join(cmd)}\n{self._log_for_error()}"
+                )
+            if time.monotonic() > deadline:
+                self.process.kill()
+                self.process.wait()
+                self._join_reader()
+                raise BrokerStartError(
+                    f"broker did not print 'Exactly broker listening on HOST:PORT' within "
+                    f"{self.startup_timeout:g}s (killed)\ncommand: {' '.join(cmd)}\n"
+                    f"{self._log_for_error()}"
+                )
+
+    def _port_taken(self, since: int) -> bool:
+        with open(self.log_path, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+        text = text.lower()
+        return "address already in use" in text or "the address is in use" in text
+
+    def _log_for_error(self) -> str:
+        out = "".join(self.stdout_lines[-20:])
+        return (
+            f"--- broker stdout ---\n{out}--- broker stderr ({self.log_path}) ---\n"
+            f"{self.log_tail(80)}"
+        )
+
+    def _read_stdout(self, stream: IO[bytes], listening: threading.Event) -> None:
+        # Also keeps the pipe drained, so a chatty broker never blocks on a full pipe.
+        with stream:
+            for raw in stream:
+                line = raw.decode(errors="replace")
+                self.stdout_lines.append(line)
+                if not listening.is_set():
+                    m = LISTENING.search(line)
+                    if m:
+                        self.host = m["host"]
+                        self.port = int(m["port"])
+                        listening.set()
+
+    def _join_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.join(5)
+            self._reader = None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# -- pytest ----------------------------------------------------------------------------------
+
+try:
+    import pytest
+except ImportError:  # pytest is a test dependency; the class above works without it
+    pass
+else:
+    _BROKERS = pytest.StashKey[list[EmbeddedBroker]]()
+
+    def _track(node: Any, b: EmbeddedBroker) -> None:
+        node.stash.setdefault(_BROKERS, []).append(b)
+
+    @pytest.fixture
+    def broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker]:
+        """A started broker on a temporary data dir; settings from
+        @pytest.mark.broker_settings({"key": "value"})."""
+        marker = request.node.get_closest_marker("broker_settings")
+        settings = dict(marker.args[0]) if marker and marker.args else {}
+        if marker:
+            settings.update(marker.kwargs)
+        b = EmbeddedBroker(settings=settings)
+        _track(request.node, b)
+        try:
+            b.start()
+            yield b
+        finally:
+            b.close()
+
+    @pytest.fixture
+    def broker_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., EmbeddedBroker]]:
+        """make(**EmbeddedBroker kwargs) -> a started broker. All are closed after the test."""
+        made: list[EmbeddedBroker] = []
+
+        def make(**kwargs: Any) -> EmbeddedBroker:
+            b = EmbeddedBroker(**kwargs)
+            made.append(b)
+            _track(request.node, b)
+            return b.start()
+
+        try:
+            yield make
+        finally:
+            for b in made:
+                b.close()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+        """On a failed test, add each broker's log to the report (before close() removes it)."""
+        outcome: Any = yield
+        report = outcome.get_result()
+        if report.failed and report.when in ("setup", "call"):
+            for b in item.stash.get(_BROKERS, []):
+                report.sections.append(
+                    (f"broker log {b.bootstrap} ({b.log_path})", b.log_tail(300))
+                )

@@ -1,0 +1,14 @@
+"""Shared test setup: the embedded-broker fixtures and their failure reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from exactly.testing import broker, broker_factory, pytest_runtest_makereport  # noqa: F401
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "broker_settings(settings): broker config keys for the `broker` fixture",
+    )

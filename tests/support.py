@@ -1,0 +1,86 @@
+"""Helpers shared by the tests that drive a broker process with real Kafka clients."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})],
+                                  operation_timeout=10)
+    futures[name].result(timeout=20)
+
+
+def produce_confluent(bootstrap: str, topic: str, values: list[bytes], *, keys: list[bytes] | None = None,
+                      compression: str = "none", extra: dict | None = None) -> list[tuple[int, int]]:
+    """Idempotent, acks=all; returns (partition, offset) per record, raising on any delivery error."""
+    errors: list[KafkaError] = []
+    placed: dict[int, tuple[int, int]] = {}
+
+    def on_delivery(i: int) -> Callable:
+        def cb(err: KafkaError | None, msg) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                placed[i] = (msg.partition(), msg.offset())
+        return cb
+
+    conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "compression.type": compression, "linger.ms": 5}
+    conf.update(extra or {})
+    producer = Producer(conf)
+    for i, value in enumerate(values):
+        key = keys[i] if keys else None
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, on_delivery=on_delivery(i))
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    assert remaining == 0, f"{remaining} records not delivered"
+    assert not errors, errors[:5]
+    return [placed[i] for i in range(len(values))]
+
+
+def consume_confluent(bootstrap: str, topic: str, count: int, *, group: str | None = None,
+                      timeout: float = 60, extra: dict | None = None) -> list:
+    """Read `count` records from the beginning; returns the confluent Message objects."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": group or f"reader-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    conf.update(extra or {})
+    consumer = Consumer(conf)
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.append(msg)
+    finally:
+        consumer.close()
+    assert len(got) == count, f"read {len(got)} of {count} records"
+    return got
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """High watermark of each partition."""
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)]
+    finally:
+        consumer.close()

@@ -1,0 +1,415 @@
+"""BrokerConfig: the properties file format, precedence, and a ConfigError for every bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exactly.log.config import LogConfig
+from exactly.server.config import (
+    CONFIG_SOURCE_DEFAULT,
+    CONFIG_SOURCE_STATIC_BROKER,
+    KEYS,
+    BrokerConfig,
+    ConfigError,
+    load_or_create_meta,
+    parse_properties,
+)
+
+
+def write(tmp_path: Path, text: str, name: str = "server.properties") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config(**overrides: str) -> BrokerConfig:
+    return BrokerConfig.from_sources(None, {k.replace("_", "."): v for k, v in overrides.items()})
+
+
+# -- the properties format -------------------------------------------------------------------
+
+
+def test_properties_separators_comments_blanks():
+    props = parse_properties(
+        "# a comment\n"
+        "! another comment\n"
+        "\n"
+        "   \n"
+        "a=1\n"
+        "b: 2\n"
+        "c 3\n"
+        "  d  =  spaced value\n"
+        "e=\n"
+        "f\n"
+        "g=x=y:z\n",
+        "test",
+    )
+    values = {k: v for k, (v, _) in props.items()}
+    assert values == {
+        "a": "1",
+        "b": "2",
+        "c": "3",
+        "d": "spaced value",
+        "e": "",
+        "f": "",
+        "g": "x=y:z",
+    }
+    assert props["b"][1] == "test:6"
+
+
+def test_properties_line_continuation():
+    props = parse_properties("listeners=PLAINTEXT://127.0.0.1:9092,\\\n    PLAINTEXT2://x:1\nz=1\n")
+    assert props["listeners"][0] == "PLAINTEXT://127.0.0.1:9092,PLAINTEXT2://x:1"
+    assert props["z"][0] == "1"
+
+
+def test_properties_escaped_backslash_does_not_continue():
+    props = parse_properties("a=c:\\\\\nb=2\n")
+    assert props["a"][0] == "c:\\"
+    assert props["b"][0] == "2"
+
+
+def test_properties_continuation_at_end_of_file():
+    assert parse_properties("a=1\\")["a"][0] == "1"
+
+
+def test_properties_escapes_and_later_duplicate_wins():
+    props = parse_properties("k\\=ey=v\\tal\\u0041\nx=1\nx=2\n")
+    assert props["k=ey"][0] == "v\talA"
+    assert props["x"][0] == "2"
+
+
+def test_properties_bad_unicode_escape():
+    with pytest.raises(ConfigError, match="uXXXX"):
+        parse_properties("a=\\u12")
+
+
+def test_comment_marker_inside_a_value_is_kept():
+    assert parse_properties("a=b#c\n")["a"][0] == "b#c"
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def test_defaults():
+    c = BrokerConfig.from_sources(None, {})
+    assert c["node.id"] == 1
+    assert c.listener == ("127.0.0.1", 9092)
+    assert c.advertised_listener is None
+    assert c.log_dir == Path("data")
+    assert c["num.partitions"] == 1
+    assert c["auto.create.topics.enable"] is True
+    assert c["log.retention.ms"] == 168 * 3_600_000
+    assert c["log.roll.ms"] == 168 * 3_600_000
+    assert c["log.flush.policy"] == "fsync"
+    assert c["offsets.topic.num.partitions"] == 50
+    assert c.get("cluster.id") is None
+    assert c.log_config() == LogConfig()
+
+
+def test_every_default_is_valid_and_typed():
+    c = BrokerConfig.defaults()
+    for name, key in KEYS.items():
+        value = c[name]
+        if key.default is None and name not in ("log.retention.ms", "log.roll.ms"):
+            assert value is None or name == "advertised.listeners", name
+        elif key.type in ("INT", "LONG"):
+            assert isinstance(value, int) and not isinstance(value, bool), name
+        elif key.type == "BOOLEAN":
+            assert isinstance(value, bool), name
+
+
+def test_file_values_are_typed(tmp_path):
+    path = write(
+        tmp_path,
+        (
+            "node.id=7\n"
+            "listeners=PLAINTEXT://0.0.0.0:0\n"
+            "advertised.listeners=PLAINTEXT://broker.example:19092\n"
+            "log.dirs=/var/exactly/a,/var/exactly/b\n"
+            "num.partitions=3\n"
+            "auto.create.topics.enable=FALSE\n"
+            "log.segment.bytes=1048576\n"
+            "log.flush.policy=os\n"
+            "cluster.id=MkU3OEVBNTcwNTJENDM2Qk\n"
+        ),
+    )
+    c = BrokerConfig.from_sources(path, {})
+    assert c["node.id"] == 7
+    assert c.listener == ("0.0.0.0", 0)
+    assert c.advertised_listener == ("broker.example", 19092)
+    assert c.log_dir == Path("/var/exactly/a")
+    assert c["num.partitions"] == 3
+    assert c["auto.create.topics.enable"] is False
+    assert c["log.segment.bytes"] == 1048576
+    assert c["cluster.id"] == "MkU3OEVBNTcwNTJENDM2Qk"
+    assert c.is_set("num.partitions") and not c.is_set("delete.topic.enable")
+
+
+def test_overrides_win_over_file_and_later_override_wins(tmp_path):
+    path = write(tmp_path, "num.partitions=3\nlog.dirs=/from/file\n")
+    c = BrokerConfig.from_sources(path, {"num.partitions": "5", "log.dirs": "/from/cli"})
+    assert c["num.partitions"] == 5
+    assert c.log_dir == Path("/from/cli")
+
+
+def test_values_are_trimmed():
+    assert config(num_partitions=" 4 ")["num.partitions"] == 4
+
+
+def test_ipv6_and_wildcard_listeners():
+    assert config(listeners="PLAINTEXT://[::1]:9093").listener == ("::1", 9093)
+    assert config(listeners="PLAINTEXT://:9093").listener == ("", 9093)
+    assert config(listeners="plaintext://localhost:1").listener == ("localhost", 1)
+
+
+def test_broker_id_alias():
+    assert config(broker_id="4")["node.id"] == 4
+    assert config(broker_id="4")["broker.id"] == 4
+    c = BrokerConfig.from_sources(None, {"node.id": "4", "broker.id": "4"})
+    assert c["node.id"] == 4
+
+
+def test_alias_in_file_overridden_by_canonical_key_on_command_line(tmp_path):
+    path = write(tmp_path, "broker.id=2\nlog.dir=/old\n")
+    c = BrokerConfig.from_sources(path, {"node.id": "3", "log.dirs": "/new"})
+    assert c["node.id"] == 3
+    assert c.log_dir == Path("/new")
+
+
+def test_node_id_and_broker_id_disagreeing_is_an_error():
+    with pytest.raises(ConfigError, match=r"broker\.id.*node\.id|node\.id.*broker\.id"):
+        BrokerConfig.from_sources(None, {"node.id": "1", "broker.id": "2"})
+
+
+def test_log_dirs_wins_over_log_dir(tmp_path):
+    path = write(tmp_path, "log.dirs=/a\nlog.dir=/b\n")
+    assert BrokerConfig.from_sources(path, {}).log_dir == Path("/a")
+    assert config(log_dir="/c").log_dir == Path("/c")
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, 168 * 3_600_000),
+        ({"log.retention.hours": "1"}, 3_600_000),
+        ({"log.retention.minutes": "2", "log.retention.hours": "1"}, 120_000),
+        ({"log.retention.ms": "5", "log.retention.minutes": "2", "log.retention.hours": "1"}, 5),
+        ({"log.retention.hours": "-1"}, -1),
+        ({"log.retention.minutes": "-1"}, -1),
+        ({"log.retention.ms": "-1", "log.retention.hours": "1"}, -1),
+    ],
+)
+def test_retention_precedence(settings, expected):
+    c = BrokerConfig.from_sources(None, settings)
+    assert c["log.retention.ms"] == expected
+    assert c.log_config().retention_ms == expected
+
+
+def test_roll_precedence():
+    assert config(log_roll_hours="2")["log.roll.ms"] == 7_200_000
+    assert (
+        BrokerConfig.from_sources(None, {"log.roll.hours": "2", "log.roll.ms": "1000"})[
+            "log.roll.ms"
+        ]
+        == 1000
+    )
+
+
+def test_log_config_mapping():
+    c = BrokerConfig.from_sources(
+        None,
+        {
+            "log.segment.bytes": "1000",
+            "log.roll.ms": "2000",
+            "log.retention.ms": "3000",
+            "log.retention.bytes": "4000",
+            "log.index.interval.bytes": "50",
+            "log.index.size.max.bytes": "6000",
+            "message.max.bytes": "7000",
+            "log.flush.policy": "os",
+        },
+    )
+    assert c.log_config() == LogConfig(
+        segment_bytes=1000,
+        segment_ms=2000,
+        retention_ms=3000,
+        retention_bytes=4000,
+        index_interval_bytes=50,
+        segment_index_bytes=6000,
+        max_message_bytes=7000,
+        flush_policy="os",
+    )
+
+
+def test_advertised_listener_defaults_to_listeners():
+    c = config(listeners="PLAINTEXT://0.0.0.0:9092")
+    assert c.advertised_listener is None
+    assert c["advertised.listeners"][0].host == "0.0.0.0"
+
+
+def test_accepted_compatibility_keys(tmp_path):
+    path = write(tmp_path, "num.network.threads=3\nnum.io.threads=8\n")
+    BrokerConfig.from_sources(path, {})
+
+
+def test_items_for_describe_configs():
+    c = config(num_partitions="3", log_retention_hours="2")
+    entries = {e.name: e for e in c.items()}
+    assert set(entries) == set(KEYS)
+    assert entries["num.partitions"].value == "3"
+    assert entries["num.partitions"].source == CONFIG_SOURCE_STATIC_BROKER
+    assert not entries["num.partitions"].is_default
+    assert entries["delete.topic.enable"].value == "true"
+    assert entries["delete.topic.enable"].source == CONFIG_SOURCE_DEFAULT
+    assert entries["delete.topic.enable"].is_default
+    assert entries["listeners"].value == "PLAINTEXT://127.0.0.1:9092"
+    assert entries["log.retention.hours"].value == "2"
+    assert entries["log.retention.ms"].value is None  # unset: derived from the hours
+    assert all(e.documentation for e in entries.values())
+
+
+def test_typed_access_of_unknown_key_is_a_key_error():
+    c = BrokerConfig.defaults()
+    with pytest.raises(KeyError):
+        c["no.such.key"]
+    assert "no.such.key" not in c
+    assert "broker.id" in c
+    assert c.get("no.such.key", 5) == 5
+
+
+# -- bad input: each names the key, the value and what is allowed ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("node.id", "one", "whole number"),
+        ("node.id", "-1", "from 0"),
+        ("broker.id", "x", "whole number"),
+        ("num.partitions", "0", "from 1"),
+        ("num.partitions", "1.5", "whole number"),
+        ("num.partitions", "", "whole number"),
+        ("num.partitions", "3000000000", "2147483647"),
+        ("default.replication.factor", "3", "must be 1"),
+        ("auto.create.topics.enable", "yes", "true or false"),
+        ("delete.topic.enable", "1", "true or false"),
+        ("log.segment.bytes", "13", "from 14"),
+        ("log.roll.ms", "0", "from 1"),
+        ("log.roll.hours", "0", "from 1"),
+        ("log.retention.ms", "-2", "from -1"),
+        ("log.retention.minutes", "soon", "whole number"),
+        ("log.retention.hours", "-5", "from -1"),
+        ("log.retention.bytes", "99999999999999999999", "9223372036854775807"),
+        ("log.retention.check.interval.ms", "0", "from 1"),
+        ("log.index.interval.bytes", "-1", "from 0"),
+        ("log.index.size.max.bytes", "3", "from 4"),
+        ("message.max.bytes", "big", "whole number"),
+        ("log.flush.policy", "never", "fsync, os"),
+        ("socket.request.max.bytes", "0", "from 1"),
+        ("offsets.topic.num.partitions", "0", "from 1"),
+        ("offsets.retention.minutes", "0", "from 1"),
+        ("group.initial.rebalance.delay.ms", "-1", "from 0"),
+        ("group.min.session.timeout.ms", "x", "whole number"),
+        ("group.max.session.timeout.ms", "x", "whole number"),
+        ("cluster.id", "has space", "A-Z"),
+        ("log.dirs", " , ", "at least one directory"),
+        ("listeners", "127.0.0.1:9092", "NAME://HOST:PORT"),
+        ("listeners", "PLAINTEXT://host", "NAME://HOST:PORT"),
+        ("listeners", "PLAINTEXT://host:70000", "0 and 65535"),
+        ("listeners", "SSL://host:9093", "security comes in a later release"),
+        ("listeners", "SASL_PLAINTEXT://host:9093", "security comes in a later release"),
+        ("listeners", "SASL_SSL://host:9093", "security comes in a later release"),
+        ("listeners", "INTERNAL://host:9093", "use PLAINTEXT"),
+        ("listeners", "PLAINTEXT://a:1,PLAINTEXT://b:2", "different name"),
+        ("listeners", "", "at least one listener"),
+        ("advertised.listeners", "PLAINTEXT://0.0.0.0:9092", "cannot be advertised"),
+        ("advertised.listeners", "PLAINTEXT://:9092", "cannot be advertised"),
+        ("advertised.listeners", "PLAINTEXT://[::]:9092", "cannot be advertised"),
+        ("advertised.listeners", "SSL://h:1", "security comes in a later release"),
+        ("num.io.threads", "0", "from 1"),
+    ],
+)
+def test_bad_value_names_key_value_and_what_is_allowed(key, value, allowed):
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_sources(None, {key: value})
+    message = str(info.value)
+    assert message.startswith(f"{key}=")
+    assert repr(value.strip()) in message
+    assert allowed in message
+
+
+def test_bad_value_in_file_names_file_and_line(tmp_path):
+    path = write(tmp_path, "# header\nnum.partitions=3\nlog.segment.bytes=ten\n")
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_sources(path, {})
+    assert "log.segment.bytes='ten'" in str(info.value)
+    assert f"{path}:3" in str(info.value)
+
+
+def test_unknown_key_is_an_error_with_a_suggestion(tmp_path):
+    path = write(tmp_path, "num.partition=3\n")
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig.from_sources(path, {})
+    assert "unknown config key 'num.partition'" in str(info.value)
+    assert "did you mean 'num.partitions'" in str(info.value)
+    assert f"{path}:1" in str(info.value)
+
+
+def test_unknown_override_key_is_an_error():
+    with pytest.raises(ConfigError, match="unknown config key 'zookeeper.connect'"):
+        BrokerConfig.from_sources(None, {"zookeeper.connect": "localhost:2181"})
+
+
+def test_missing_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        BrokerConfig.from_sources(tmp_path / "nope.properties", {})
+
+
+def test_non_utf8_file_is_an_error(tmp_path):
+    path = tmp_path / "bin.properties"
+    path.write_bytes(b"a=\xff\xfe\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        BrokerConfig.from_sources(path, {})
+
+
+def test_session_timeout_bounds_must_be_ordered():
+    with pytest.raises(ConfigError, match="group.min.session.timeout.ms=10.*group.max"):
+        BrokerConfig.from_sources(
+            None, {"group.min.session.timeout.ms": "10", "group.max.session.timeout.ms": "5"}
+        )
+
+
+def test_advertised_listener_name_must_be_a_listener():
+    # Only PLAINTEXT exists, so this cannot fail today; the check is still wired.
+    c = config(advertised_listeners="PLAINTEXT://h:1")
+    assert c.advertised_listener == ("h", 1)
+
+
+# -- meta.properties ---------------------------------------------------------------------------
+
+
+def test_cluster_id_generated_once_and_kept(tmp_path):
+    c = config(log_dirs=str(tmp_path / "d"))
+    first = load_or_create_meta(c)
+    assert len(first) == 22
+    assert load_or_create_meta(c) == first
+    meta = (tmp_path / "d" / "meta.properties").read_text()
+    assert f"cluster.id={first}" in meta and "node.id=1" in meta
+
+
+def test_configured_cluster_id_is_stored_and_checked(tmp_path):
+    d = str(tmp_path / "d")
+    assert load_or_create_meta(config(log_dirs=d, cluster_id="abc")) == "abc"
+    assert load_or_create_meta(config(log_dirs=d)) == "abc"
+    with pytest.raises(ConfigError, match="cluster.id='other'.*another cluster"):
+        load_or_create_meta(config(log_dirs=d, cluster_id="other"))
+
+
+def test_node_id_must_match_meta_properties(tmp_path):
+    d = str(tmp_path / "d")
+    load_or_create_meta(config(log_dirs=d))
+    with pytest.raises(ConfigError, match="node.id=2.*another broker"):
+        load_or_create_meta(config(log_dirs=d, node_id="2"))
