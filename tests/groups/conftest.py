@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from group_helpers import T0
 
 from exactly.groups import GroupConfig, GroupCoordinator
 from exactly.log import LogManager
 from exactly.log.config import LogConfig
 from exactly.log.errors import LogError
+
+from .group_helpers import T0
 
 
 def make_config(**overrides: int) -> GroupConfig:

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from group_helpers import T0
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
@@ -20,6 +19,8 @@ from kio.static.constants import EntityType
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, request_class
 from exactly.server.context import RequestContext
 from exactly.server.handlers.groups import HANDLERS
+
+from .group_helpers import T0
 
 
 class Broker(SimpleNamespace):

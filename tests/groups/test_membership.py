@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from group_helpers import REBALANCE, SESSION, T0, heartbeat, join, new_member, sync
 from kio.schema.errors import ErrorCode
 
 from exactly.groups import GroupState
+
+from .group_helpers import REBALANCE, SESSION, T0, heartbeat, join, new_member, sync
 
 G = "g1"
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from group_helpers import SESSION, T0, heartbeat, new_member, sync
 from kio.schema.errors import ErrorCode
 
 from exactly.groups import OFFSETS_TOPIC, GroupCoordinator, OffsetToCommit
 from exactly.groups.codec import partition_for
+
+from .group_helpers import SESSION, T0, heartbeat, new_member, sync
 
 G = "orders-app"
 

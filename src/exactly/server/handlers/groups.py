@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from exactly.groups import GroupCoordinator, JoinResult, OffsetToCommit, SyncResult
-from exactly.protocol.apis import ApiKey, build
+from exactly.protocol.apis import ApiKey
 from exactly.server.context import Handler, RequestContext
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -26,12 +26,6 @@ def _ms(value: Any) -> int:
     if isinstance(value, datetime.timedelta):
         return value // datetime.timedelta(milliseconds=1)
     return int(value)
-
-
-def _nested(ctx: RequestContext, class_name: str, /, **fields: Any) -> Any:
-    # Not ctx.nested(): its first parameter is called `name`, which collides with the `name`
-    # field of OffsetCommitResponseTopic / OffsetFetchResponseTopic.
-    return build(getattr(ctx.response_module, class_name), **fields)
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -62,7 +56,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         coordinators = []
         for key in request.coordinator_keys:
             error, message = answer(key)
-            coordinators.append(_nested(ctx, "Coordinator", key=key, error_code=error,
+            coordinators.append(ctx.nested("Coordinator", key=key, error_code=error,
                                            error_message=message, **fields(error)))
         return ctx.response(throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
     error, message = answer(request.key)
@@ -101,7 +95,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     if error is ErrorCode.member_id_required and ctx.api_version < 4:  # cannot happen; be safe
         error = ErrorCode.unknown_member_id
     members = tuple(
-        _nested(ctx, "JoinGroupResponseMember", member_id=m.member_id,
+        ctx.nested("JoinGroupResponseMember", member_id=m.member_id,
                    group_instance_id=m.group_instance_id, metadata=m.metadata)
         for m in result.members
     )
@@ -161,7 +155,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
         error = top if top is not ErrorCode.none else (errors[0] if errors else top)
         return ctx.response(throttle_time=NO_THROTTLE, error_code=error)
     members = tuple(
-        _nested(ctx, "MemberResponse", member_id=mid, group_instance_id=iid, error_code=err)
+        ctx.nested("MemberResponse", member_id=mid, group_instance_id=iid, error_code=err)
         for (mid, iid), err in zip(identities, errors, strict=False)
     )
     return ctx.response(throttle_time=NO_THROTTLE, error_code=top, members=members)
@@ -186,8 +180,8 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         # Acknowledge a commit only once it is durable under the flush policy.
         await ctx.broker.sync([result.log])
     topics = tuple(
-        _nested(ctx, "OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
-            _nested(ctx, "OffsetCommitResponsePartition", partition_index=p.partition_index,
+        ctx.nested("OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
+            ctx.nested("OffsetCommitResponsePartition", partition_index=p.partition_index,
                        error_code=result.errors[(topic.name, p.partition_index)])
             for p in topic.partitions))
         for topic in request.topics
@@ -204,7 +198,7 @@ def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: st
     found = coordinator.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), committed in found.items():
-        by_topic.setdefault(topic, []).append(_nested(ctx, 
+        by_topic.setdefault(topic, []).append(ctx.nested(
             "OffsetFetchResponsePartition" + suffix, partition_index=partition,
             committed_offset=committed.offset if committed else -1,
             committed_leader_epoch=committed.leader_epoch if committed else -1,
@@ -213,7 +207,7 @@ def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: st
         for t in topics:
             by_topic.setdefault(t.name, [])
     return tuple(
-        _nested(ctx, "OffsetFetchResponseTopic" + suffix, name=name, partitions=tuple(parts))
+        ctx.nested("OffsetFetchResponseTopic" + suffix, name=name, partitions=tuple(parts))
         for name, parts in by_topic.items()
     )
 
@@ -221,7 +215,7 @@ def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: st
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version >= 8:
         groups = tuple(
-            _nested(ctx, "OffsetFetchResponseGroup", group_id=g.group_id, error_code=ErrorCode.none,
+            ctx.nested("OffsetFetchResponseGroup", group_id=g.group_id, error_code=ErrorCode.none,
                        topics=_fetch_topics(ctx, g.group_id, g.topics, suffix="s"))
             for g in request.groups
         )
@@ -239,13 +233,13 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     for group_id in request.groups:
         d = coordinator.describe_group(group_id)
         members = tuple(
-            _nested(ctx, "DescribedGroupMember", member_id=m.member_id,
+            ctx.nested("DescribedGroupMember", member_id=m.member_id,
                        group_instance_id=m.group_instance_id, client_id=m.client_id,
                        client_host=m.client_host, member_metadata=m.metadata,
                        member_assignment=m.assignment)
             for m in d.members
         )
-        described.append(_nested(ctx, 
+        described.append(ctx.nested(
             "DescribedGroup", error_code=ErrorCode.none, group_id=d.group_id,
             group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
             members=members, authorized_operations=-(2**31)))
@@ -258,7 +252,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     # Every group here is a classic group (KIP-848 consumer groups are not implemented).
     listed = [] if types and "classic" not in types else _coordinator(ctx).list_groups(states)
     groups = tuple(
-        _nested(ctx, "ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
+        ctx.nested("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
                    group_state=g.state, group_type="classic")
         for g in listed
     )
@@ -269,7 +263,7 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     names = list(request.groups_names)
     errors = _coordinator(ctx).delete_groups(names, ctx.broker.now_ms())
     results = tuple(
-        _nested(ctx, "DeletableGroupResult", group_id=name, error_code=errors[name])
+        ctx.nested("DeletableGroupResult", group_id=name, error_code=errors[name])
         for name in names
     )
     return ctx.response(throttle_time=NO_THROTTLE, results=results)
