@@ -5,7 +5,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from exactly.groups import OFFSETS_TOPIC, GroupCoordinator, OffsetToCommit
-from exactly.groups.codec import partition_for
+from exactly.protocol.partitioning import partition_for
 
 from .group_helpers import SESSION, T0, heartbeat, new_member, sync
 
@@ -171,7 +171,7 @@ def test_offsets_of_empty_groups_expire(make_env) -> None:
 def test_partition_placement_matches_kafka() -> None:
     # Java: "".hashCode() == 0, "hello".hashCode() == 99162322,
     # "polygenelubricants".hashCode() == Integer.MIN_VALUE (Kafka's Utils.abs maps it to 0).
-    from exactly.groups.codec import java_string_hashcode
+    from exactly.protocol.partitioning import java_string_hashcode
 
     assert java_string_hashcode("") == 0
     assert java_string_hashcode("hello") == 99162322

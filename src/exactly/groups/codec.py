@@ -18,21 +18,6 @@ OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 
 
-def java_string_hashcode(s: str) -> int:
-    """Java's String.hashCode: 31-polynomial over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's `Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount`."""
-    h = java_string_hashcode(group_id)
-    return (0 if h == -(2**31) else abs(h)) % num_partitions
-
-
 @dataclass(frozen=True, slots=True)
 class OffsetKey:
     group_id: str

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from exactly.groups.codec import partition_for
+from exactly.protocol.partitioning import partition_for
 from exactly.protocol.records import Record, build_batch, decode_records, iter_batches
 
 if TYPE_CHECKING:

@@ -93,13 +93,18 @@ def parse_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHead
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
+def _flexible(cls: type) -> bool:
+    """Whether a kio entity uses the compact, tagged encoding of KIP-482."""
+    return bool(vars(cls)["__flexible__"])
+
+
 @cache
 def _reader(api_key: int, version: int) -> Any:
     return entity_reader(request_class(api_key, version))
 
 
 def is_flexible(api_key: int, version: int) -> bool:
-    return bool(request_class(api_key, version).__flexible__)
+    return _flexible(request_class(api_key, version))
 
 
 def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
@@ -111,15 +116,20 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     api_key, api_version, _ = peek_header(frame)
     header, pos = parse_header(frame, is_flexible(api_key, api_version))
     try:
-        request, size = _reader(api_key, api_version)(frame, pos)
+        request, _size = _reader(api_key, api_version)(frame, pos)
     except Exception as exc:  # kio raises several types for short or inconsistent input
         raise MalformedRequest(f"cannot decode {api_key=} v{api_version} body: {exc}") from exc
     return header, request
 
 
-@cache
+_writers: dict[type, Any] = {}
+
+
 def _writer(cls: type) -> Any:
-    return entity_writer(cls)
+    writer = _writers.get(cls)
+    if writer is None:
+        writer = _writers[cls] = entity_writer(cls)
+    return writer
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
@@ -127,7 +137,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, respons
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     buf.write(struct.pack(">i", correlation_id))
-    flexible = response_class(api_key, api_version).__flexible__
+    flexible: bool = _flexible(response_class(api_key, api_version))
     if flexible and api_key != ApiKey.API_VERSIONS:
         buf.write(b"\0")  # response header v1: no tagged fields
     _writer(type(response))(buf, response)
@@ -148,7 +158,7 @@ def encode_request(header: RequestHeader, request: Any) -> bytes:
     else:
         raw = header.client_id.encode()
         buf.write(struct.pack(">h", len(raw)) + raw)
-    if type(request).__flexible__:
+    if _flexible(type(request)):
         buf.write(b"\0")
     _writer(type(request))(buf, request)
     data = buf.getbuffer()
@@ -163,7 +173,8 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -
     (correlation_id,) = struct.unpack_from(">i", frame, 0)
     pos = 4
     cls = response_class(api_key, api_version)
-    if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
+    if _flexible(cls) and api_key != ApiKey.API_VERSIONS:
         pos = _read_tagged_fields(frame, pos)
+    response: Any
     response, _size = entity_reader(cls)(frame, pos)
     return correlation_id, response

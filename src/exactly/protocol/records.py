@@ -49,9 +49,21 @@ class RecordBatchHeader:
     """A view of one batch inside a buffer, decoded from its 61-byte header without copying."""
 
     __slots__ = (
-        "buffer", "position", "base_offset", "batch_length", "partition_leader_epoch", "magic",
-        "crc", "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
-        "producer_id", "producer_epoch", "base_sequence", "records_count",
+        "attributes",
+        "base_offset",
+        "base_sequence",
+        "base_timestamp",
+        "batch_length",
+        "buffer",
+        "crc",
+        "last_offset_delta",
+        "magic",
+        "max_timestamp",
+        "partition_leader_epoch",
+        "position",
+        "producer_epoch",
+        "producer_id",
+        "records_count",
     )
 
     def __init__(self, buffer: bytes | bytearray | memoryview, position: int = 0) -> None:

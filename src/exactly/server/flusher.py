@@ -37,7 +37,7 @@ class Flusher:
             waiters, self._waiters = self._waiters, []
             try:
                 await asyncio.to_thread(_fsync_all, logs)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - an fsync failure goes to every waiter
                 for fut in waiters:
                     if not fut.done():
                         fut.set_exception(exc)

@@ -34,19 +34,22 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.client_host = peer[0] if isinstance(peer, tuple) else ""
         self.responses: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._serving: asyncio.Task[None] | None = None
 
     async def serve(self) -> None:
+        self._serving = asyncio.current_task()
         sender = asyncio.create_task(self._send_loop())
         try:
             await self._read_loop()
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
-            await self.responses.put(None)  # let the queued responses go out, then close
-            try:
-                await sender
-            except (ConnectionError, asyncio.CancelledError):
-                pass
+            if not sender.done():
+                await self.responses.put(None)  # let the queued responses go out, then close
+                try:
+                    await sender
+                except (ConnectionError, asyncio.CancelledError):
+                    pass
             self.writer.close()
             try:
                 await self.writer.wait_closed()
@@ -131,10 +134,10 @@ class Connection:
                 return
             try:
                 frame = await future
-            except Exception:
+            except Exception:  # noqa: BLE001 - logged by _run
                 # The handler failed: the client cannot match a missing answer, so close.
-                self.reader.feed_eof()
-                self.writer.close()
+                if self._serving is not None:
+                    self._serving.cancel()
                 return
             if frame is not None:
                 self.writer.write(frame)
