@@ -21,14 +21,14 @@ class FakeClock:
 
 def batch(n: int = 1, *, ts: int = 1000, pid: int = -1, epoch: int = -1, seq: int = -1,
           compression: int = 0, value_size: int = 10, prefix: bytes = b"v",
-          timestamps: list[int] | None = None) -> bytes:
+          timestamps: list[int] | None = None, transactional: bool = False) -> bytes:
     records = [
         Record(f"k{i}".encode(), prefix + str(i).encode().rjust(value_size, b"x"),
                timestamp=timestamps[i] if timestamps else -1)
         for i in range(n)
     ]
     return build_batch(records, timestamp=ts, producer_id=pid, producer_epoch=epoch,
-                       base_sequence=seq, compression=compression)
+                       base_sequence=seq, compression=compression, transactional=transactional)
 
 
 def offsets_of(data: bytes) -> list[int]:

@@ -65,7 +65,7 @@ def test_every_advertised_version_has_codecs():
 def test_api_versions_response_uses_header_v0():
     from exactly.server.handlers.api_versions import api_versions_response
 
-    frame = encode_response(ApiKey.API_VERSIONS, 3, 7, api_versions_response(3))
+    frame = encode_response(ApiKey.API_VERSIONS, 3, 7, api_versions_response(3, {"transaction.version": 2}))
     # header v0: size, correlation id, then the body starts right away with the error code
     assert struct.unpack_from(">ih", frame, 4) == (7, 0)
     correlation_id, response = decode_response(ApiKey.API_VERSIONS, 3, frame[4:])

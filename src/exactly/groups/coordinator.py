@@ -3,7 +3,7 @@
 Sans-IO: callers pass the time in and get delayed answers through callbacks, invoked either
 before the call returns or later from another call or from `tick()`. The rules follow Apache
 Kafka's GroupCoordinator.scala. Offsets and the admin APIs are in `offsets.py` (a base class, so
-this file stays about membership).
+this file stays about membership); transactional offsets in `txn_offsets.py`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from exactly.groups.group import (
     SyncCallback,
     SyncResult,
 )
-from exactly.groups.offsets import OffsetsMixin
+from exactly.groups.txn_offsets import TxnOffsetsMixin
 
 if TYPE_CHECKING:
     from exactly.log import LogManager
@@ -35,7 +35,7 @@ log = logging.getLogger("exactly.groups")
 Protocols = list[tuple[str, bytes]]
 
 
-class GroupCoordinator(OffsetsMixin):
+class GroupCoordinator(TxnOffsetsMixin):
     def __init__(self, logs: LogManager, config: GroupConfig, *, now_ms: int) -> None:
         super().__init__(logs, config, now_ms=now_ms)
 

@@ -60,6 +60,9 @@ class CommittedOffset:
     leader_epoch: int
     metadata: str
     commit_timestamp: int
+    # Where the record sits in `__consumer_offsets`: when a transaction commits, its offsets
+    # replace only those written before them (Kafka's CommitRecordMetadataAndOffset.olderThan).
+    log_offset: int = field(default=-1, compare=False)
 
 
 @dataclass(slots=True)
@@ -123,6 +126,8 @@ class Group:
     initial_delay_remaining: int | None = None
     new_member_added: bool = False
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # TxnOffsetCommit offsets per producer id, invisible until the transaction commits.
+    pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state

@@ -8,7 +8,7 @@ OffsetFetch, DescribeGroups, ListGroups and DeleteGroups.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -20,17 +20,15 @@ from exactly.groups.codec import (
     MemberValue,
     OffsetKey,
     OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
 )
 from exactly.groups.config import GroupConfig
+from exactly.groups.fold import OffsetsFold
 from exactly.groups.group import CommittedOffset, Group, GroupState, Member
-from exactly.groups.store import OffsetsLog
+from exactly.groups.store import Appended, OffsetsLog
 from exactly.protocol.records import Record
 
 if TYPE_CHECKING:
@@ -88,45 +86,53 @@ class OffsetsMixin:
         self._next_expiry_check = now_ms + config.offsets_retention_check_interval_ms
         # Every internal partition appended to since the last take_written_logs().
         self.written_logs: set[PartitionLog] = set()
+        # producer id -> the groups holding pending transactional offsets of that producer.
+        self._txn_groups: dict[int, set[str]] = {}
         self._load(now_ms)
 
     # -- loading ------------------------------------------------------------------------------
 
     def _load(self, now_ms: int) -> None:
-        """Fold `__consumer_offsets` into groups: the newest record per key wins."""
-        groups: dict[str, GroupValue | None] = {}
-        offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        """Fold `__consumer_offsets` into groups: the newest record per key wins.
+
+        Offsets in a transactional batch wait, per producer, for the marker that ends the
+        transaction in that partition: COMMIT applies them, ABORT drops them. Those still
+        waiting at the end stay pending, as Kafka's GroupMetadataManager loads them.
+        """
+        fold = OffsetsFold()
         count = 0
-        for record in self.store.replay():
-            count += 1
-            if record.key is None:
+        for batch in self.store.replay():
+            if batch.marker is not None:
+                fold.end_txn(batch.partition, batch.producer_id, batch.marker)
                 continue
-            try:
-                key = decode_key(record.key)
-                if isinstance(key, OffsetKey):
-                    group_offsets = offsets.setdefault(key.group_id, {})
-                    tp = (key.topic, key.partition)
-                    if record.value is None:
-                        group_offsets.pop(tp, None)
-                    else:
-                        group_offsets[tp] = decode_offset_value(record.value)
-                elif isinstance(key, GroupKey):
-                    groups[key.group_id] = (None if record.value is None
-                                            else decode_group_value(record.value))
-            except CodecError as exc:
-                log.warning("skipping undecodable __consumer_offsets record at offset %d: %s",
-                            record.offset, exc)
-        live = {g for g, v in groups.items() if v is not None}
-        for group_id in live | {g for g, tps in offsets.items() if tps}:
+            txn = batch.transactional and batch.producer_id >= 0
+            for record in batch.records:
+                count += 1
+                if record.key is None:
+                    continue
+                try:
+                    fold.add(record, (batch.partition, batch.producer_id) if txn else None)
+                except CodecError as exc:
+                    log.warning("skipping undecodable __consumer_offsets record at offset %d: %s",
+                                record.offset, exc)
+        pending: dict[str, dict[int, dict[TopicPartition, CommittedOffset]]] = {}
+        for (_, producer_id), by_group in fold.pending.items():
+            for group_id, tps in by_group.items():
+                if tps:
+                    pending.setdefault(group_id, {})[producer_id] = dict(tps)
+        live = {g for g, v in fold.groups.items() if v is not None}
+        for group_id in live | {g for g, tps in fold.offsets.items() if tps} | set(pending):
             group = Group(group_id, state_timestamp=now_ms)
-            value = groups.get(group_id)
+            value = fold.groups.get(group_id)
             if value is not None:
                 self._restore(group, value, now_ms)
-            for tp, ov in offsets.get(group_id, {}).items():
-                group.offsets[tp] = CommittedOffset(ov.offset, ov.leader_epoch, ov.metadata,
-                                                    ov.commit_timestamp)
+            group.offsets.update(fold.offsets.get(group_id, {}))
+            group.pending_txn = pending.get(group_id, {})
+            for producer_id in group.pending_txn:
+                self._txn_groups.setdefault(producer_id, set()).add(group_id)
             self._groups[group_id] = group
-        log.info("loaded %d groups from %d __consumer_offsets records", len(self._groups), count)
+        log.info("loaded %d groups from %d __consumer_offsets records (%d with open "
+                 "transactional offsets)", len(self._groups), count, len(pending))
 
     @staticmethod
     def _restore(group: Group, value: GroupValue, now_ms: int) -> None:
@@ -154,9 +160,15 @@ class OffsetsMixin:
         return group
 
     def _append(self, group_id: str, records: list[Record], now_ms: int) -> PartitionLog:
-        plog = self.store.append(group_id, records, now_ms)
-        self.written_logs.add(plog)
-        return plog
+        return self._append_batch(group_id, records, now_ms).log
+
+    def _append_batch(self, group_id: str, records: list[Record], now_ms: int, *,
+                      producer_id: int = -1, producer_epoch: int = -1,
+                      transactional: bool = False) -> Appended:
+        appended = self.store.append(group_id, records, now_ms, producer_id=producer_id,
+                                     producer_epoch=producer_epoch, transactional=transactional)
+        self.written_logs.add(appended.log)
+        return appended
 
     def _store_group(self, group: Group, now_ms: int) -> PartitionLog:
         protocol = group.protocol_name or ""
@@ -217,6 +229,29 @@ class OffsetsMixin:
         if error is not None:
             return CommitResult({tp: error for tp in offsets}, None)
 
+        errors, accepted = self._check_offsets(offsets, now_ms)
+        if not accepted:
+            return CommitResult(errors, None)
+        try:
+            appended = self._append_batch(group_id, offset_records(group_id, accepted), now_ms)
+        except Exception as exc:
+            log.exception("appending offsets of group %s failed", group_id)
+            code = append_error(exc)
+            errors.update({tp: code for tp in accepted})
+            return CommitResult(errors, None)
+        if group is None:
+            group = self._new_group(group_id, now_ms)
+        elif member_id in group.members:
+            member = group.members[member_id]
+            member.heartbeat_deadline = now_ms + member.session_timeout_ms
+        group.offsets.update(with_log_offsets(accepted, appended.base_offset))
+        errors.update({tp: ErrorCode.none for tp in accepted})
+        return CommitResult(errors, appended.log)
+
+    def _check_offsets(self, offsets: dict[TopicPartition, OffsetToCommit], now_ms: int
+                       ) -> tuple[dict[TopicPartition, ErrorCode],
+                                  dict[TopicPartition, CommittedOffset]]:
+        """Per-partition checks of a commit: (errors, accepted offsets)."""
         errors: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, CommittedOffset] = {}
         for (topic, partition), entry in offsets.items():
@@ -229,29 +264,7 @@ class OffsetsMixin:
             else:
                 accepted[(topic, partition)] = CommittedOffset(entry.offset, entry.leader_epoch,
                                                                metadata, now_ms)
-        if not accepted:
-            return CommitResult(errors, None)
-        records = [
-            Record(encode_offset_key(OffsetKey(group_id, topic, partition)),
-                   encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
-                                                   c.commit_timestamp)))
-            for (topic, partition), c in accepted.items()
-        ]
-        try:
-            plog = self._append(group_id, records, now_ms)
-        except Exception as exc:
-            log.exception("appending offsets of group %s failed", group_id)
-            code = _append_error(exc)
-            errors.update({tp: code for tp in accepted})
-            return CommitResult(errors, None)
-        if group is None:
-            group = self._new_group(group_id, now_ms)
-        elif member_id in group.members:
-            member = group.members[member_id]
-            member.heartbeat_deadline = now_ms + member.session_timeout_ms
-        group.offsets.update(accepted)
-        errors.update({tp: ErrorCode.none for tp in accepted})
-        return CommitResult(errors, plog)
+        return errors, accepted
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                       ) -> dict[TopicPartition, CommittedOffset | None]:
@@ -294,14 +307,15 @@ class OffsetsMixin:
             group = self._groups.get(group_id)
             if group is None or group.state is GroupState.DEAD:
                 results[group_id] = ErrorCode.group_id_not_found
-            elif group.state is not GroupState.EMPTY:
+            elif group.state is not GroupState.EMPTY or group.pending_txn:
+                # Offsets of an open transaction would come back when it commits.
                 results[group_id] = ErrorCode.non_empty_group
             else:
                 try:
                     self._remove_group(group, list(group.offsets), now_ms)
                 except Exception as exc:
                     log.exception("deleting group %s failed", group_id)
-                    results[group_id] = _append_error(exc)
+                    results[group_id] = append_error(exc)
                 else:
                     results[group_id] = ErrorCode.none
         return results
@@ -335,7 +349,7 @@ class OffsetsMixin:
         group left with no offsets is removed."""
         retention = self.config.offsets_retention_ms
         for group in list(self._groups.values()):
-            if group.state is not GroupState.EMPTY or group.pending_members:
+            if group.state is not GroupState.EMPTY or group.pending_members or group.pending_txn:
                 continue
             managed = group.protocol_type is not None
             expired = [
@@ -353,7 +367,24 @@ class OffsetsMixin:
                     log.info("expired %d offsets of group %s", len(expired), group.group_id)
 
 
-def _append_error(exc: Exception) -> ErrorCode:
+def offset_records(group_id: str, offsets: dict[TopicPartition, CommittedOffset]
+                   ) -> list[Record]:
+    """One record per offset, in the order of `offsets` (see `with_log_offsets`)."""
+    return [
+        Record(encode_offset_key(OffsetKey(group_id, topic, partition)),
+               encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
+                                               c.commit_timestamp)))
+        for (topic, partition), c in offsets.items()
+    ]
+
+
+def with_log_offsets(offsets: dict[TopicPartition, CommittedOffset], base_offset: int
+                     ) -> dict[TopicPartition, CommittedOffset]:
+    """The offsets with their log positions, as `offset_records` laid them out from base."""
+    return {tp: replace(c, log_offset=base_offset + i) for i, (tp, c) in enumerate(offsets.items())}
+
+
+def append_error(exc: Exception) -> ErrorCode:
     """A failed append to `__consumer_offsets`, as OffsetCommit reports it (after Kafka)."""
     code = getattr(exc, "error_code", None)
     if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):

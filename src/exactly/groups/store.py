@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from exactly.log.markers import parse_marker
 from exactly.protocol.partitioning import partition_for
-from exactly.protocol.records import Record, build_batch, decode_records, iter_batches
+from exactly.protocol.records import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    Record,
+    build_batch,
+    decode_records,
+    iter_batches,
+)
 
 if TYPE_CHECKING:
     from exactly.log import LogManager, PartitionLog
@@ -27,6 +36,24 @@ OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1",
 _READ_BYTES = 1024 * 1024
 
 log = logging.getLogger("exactly.groups")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedBatch:
+    """One batch of `__consumer_offsets` as the coordinator folds it on start."""
+
+    partition: int
+    producer_id: int
+    transactional: bool
+    # For a transaction marker: True for COMMIT, False for ABORT; None for a data batch.
+    marker: bool | None
+    records: list[Record]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    log: PartitionLog
+    base_offset: int  # the offset of the batch's first record
 
 
 class OffsetsLog:
@@ -51,14 +78,27 @@ class OffsetsLog:
     def log_for(self, group_id: str) -> PartitionLog:
         return self.logs.get_log(OFFSETS_TOPIC, self.partition(group_id))
 
-    def append(self, group_id: str, records: list[Record], now_ms: int) -> PartitionLog:
-        """Append the records as one batch (atomic: all of a commit or none of it)."""
-        plog = self.log_for(group_id)
-        plog.append(build_batch(records, timestamp=now_ms), now_ms=now_ms)
-        return plog
+    def append(self, group_id: str, records: list[Record], now_ms: int, *,
+               producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+               transactional: bool = False) -> Appended:
+        """Append the records as one batch (atomic: all of a commit or none of it).
 
-    def replay(self) -> Iterator[Record]:
-        """Every record of every partition, in offset order per partition."""
+        With a producer id the batch is written under that producer (TxnOffsetCommit): the log
+        checks the epoch, which fences zombies, and a transactional batch belongs to the
+        producer's open transaction in this partition until a marker ends it.
+        """
+        plog = self.log_for(group_id)
+        sequence = -1
+        if producer_id >= 0:
+            sequence = _next_sequence(plog, producer_id, producer_epoch)
+        batch = build_batch(records, timestamp=now_ms, producer_id=producer_id,
+                            producer_epoch=producer_epoch, base_sequence=sequence,
+                            transactional=transactional)
+        result = plog.append(batch, now_ms=now_ms)
+        return Appended(plog, result.base_offset)
+
+    def replay(self) -> Iterator[ReplayedBatch]:
+        """Every batch of every partition, in offset order per partition."""
         for partition in range(self.num_partitions):
             plog = self.logs.get_log(OFFSETS_TOPIC, partition)
             offset = plog.log_start_offset
@@ -72,9 +112,27 @@ class OffsetsLog:
                 for batch in iter_batches(data):
                     offset = batch.next_offset
                     if batch.is_control:
+                        parsed = parse_marker(batch)
+                        if parsed is not None:
+                            yield ReplayedBatch(partition, batch.producer_id, True,
+                                                parsed.commit, [])
                         continue
-                    yield from decode_records(batch)
+                    yield ReplayedBatch(partition, batch.producer_id, batch.is_transactional,
+                                        None, decode_records(batch))
                 if offset <= start:  # no progress: never spin on a malformed read
                     log.warning("replay of %s-%d stopped at offset %d", OFFSETS_TOPIC, partition,
                                 offset)
                     break
+
+
+def _next_sequence(plog: PartitionLog, producer_id: int, producer_epoch: int) -> int:
+    """The sequence the log expects next from this producer in this partition.
+
+    The log refuses a producer id without a sequence, so the coordinator writes real sequences,
+    taken from the partition's own producer state: 0 for a new epoch, else the next one. That
+    state is rebuilt from the log on start, so nothing here needs to be kept.
+    """
+    entry = plog.producer_state.last_entry(producer_id)
+    if entry is None or entry.epoch != producer_epoch or entry.last_sequence < 0:
+        return 0
+    return (entry.last_sequence + 1) & 0x7FFFFFFF

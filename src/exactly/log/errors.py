@@ -65,3 +65,15 @@ class StorageError(LogError):
     """The disk failed under us (ENOSPC, EIO); what was being written has been rolled back."""
 
     error_code = ErrorCode.kafka_storage_error
+
+
+class InvalidTxnStateError(LogError):
+    """A producer with an open transaction in this partition wrote a non-transactional batch."""
+
+    error_code = ErrorCode.invalid_txn_state
+
+
+class TransactionCoordinatorFencedError(LogError):
+    """A marker came from a coordinator older than the one that wrote this producer's last marker."""
+
+    error_code = ErrorCode.transaction_coordinator_fenced

@@ -273,6 +273,10 @@ class LogManager:
     def apply_retention(self, now_ms: int) -> int:
         return sum(plog.apply_retention(now_ms) for plog in self._logs.values())
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Drop idle producers without an open transaction from every log (producer.id.expiration.ms)."""
+        return sum(plog.expire_producers(now_ms, expiration_ms) for plog in self._logs.values())
+
     def flush_all(self) -> None:
         for plog in self._logs.values():
             plog.flush()

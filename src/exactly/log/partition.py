@@ -1,5 +1,6 @@
 """The log of one partition: append with assigned offsets, read, offsets by time, roll, retention,
-recovery after a crash.
+recovery after a crash (loader.py), transactions: markers, the last stable offset, aborted
+transactions (txn_index.py).
 
 Not thread-safe: call everything from one thread, except flush(), which only fsyncs and may run
 in a worker thread while the owner keeps appending (group commit).
@@ -26,10 +27,15 @@ from exactly.log.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
-from exactly.log.producer_state import ProducerStateManager
+from exactly.log.loader import load_producer_state, load_segments
+from exactly.log.markers import build_marker, parse_marker
+from exactly.log.producer_state import ProducerStateEntry, ProducerStateManager
 from exactly.log.segment import LogSegment, segment_name
+from exactly.log.txn_index import AbortedTxn
 from exactly.protocol.records import (
+    ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
     RecordBatchError,
@@ -108,68 +114,18 @@ class PartitionLog:
     def _load(self) -> None:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        now = self._now_ms()
-        bases = sorted(int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
-        for suffix in (".index", ".timeindex"):  # indexes whose segment is gone
-            for p in self.directory.glob(f"*{suffix}"):
-                if not p.stem.isdigit() or int(p.stem) not in bases:
-                    p.unlink(missing_ok=True)
-        if not bases:
-            self._segments = [LogSegment.create(self.directory, 0, index_interval=self.config.index_interval_bytes,
-                                                created_ms=now)]
-            self._dir_dirty = True
-        for i, base in enumerate(bases):
-            seg = LogSegment(self.directory, base, index_interval=self.config.index_interval_bytes,
-                             created_ms=now)
-            is_last = i == len(bases) - 1
-            if self._segments and base < self._segments[-1].next_offset:
-                log.warning("event=segment_overlap dir=%s base=%d", self.directory, base)
-                self._delete_segments(bases[i:])
-                break
-            # Older segments were fsynced at roll: trust them if their indexes check out. After
-            # a crash the active segment may hold a torn tail, so it is always validated.
-            if (clean or not is_last) and seg.load():
-                self._segments.append(seg)
-                continue
-            truncated = seg.recover()
-            self._segments.append(seg)
-            if truncated:
-                log.warning("event=log_truncated dir=%s segment=%d bytes=%d", self.directory, base, truncated)
-                if not is_last:  # like Kafka: what follows a torn batch is not trusted
-                    self._delete_segments(bases[i + 1 :])
-                    break
-        self._bases = [s.base_offset for s in self._segments]
-        active = self._segments[-1]
-        self.log_start_offset = self._segments[0].base_offset
-        self.log_end_offset = self.high_watermark = active.next_offset
-        self._load_producer_state()
+        segments, txn_rebuild_from = load_segments(self.directory, self.config, clean=clean,
+                                                   now_ms=self._now_ms())
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = segments[0].base_offset
+        self.log_end_offset = self.high_watermark = segments[-1].next_offset
+        load_producer_state(self.producer_state, segments, log_start_offset=self.log_start_offset,
+                            log_end_offset=self.log_end_offset, txn_rebuild_from=txn_rebuild_from)
         self.flushed_offset = self.log_end_offset if clean else self.log_start_offset
         marker.unlink(missing_ok=True)
         _fsync_dir(self.directory)  # the marker must be gone before anything new is written
         self._dir_dirty = False
-
-    def _delete_segments(self, bases: list[int]) -> None:
-        for base in bases:
-            LogSegment(self.directory, base, index_interval=1, created_ms=0).delete()
-
-    def _load_producer_state(self) -> None:
-        ps = self.producer_state
-        start = ps.load_snapshot(min_offset=self.log_start_offset, max_offset=self.log_end_offset)
-        if start is None:
-            start = self.log_start_offset
-        if start >= self.log_end_offset:
-            return
-        append = ps.begin()
-        idx = max(0, bisect_right(self._bases, start) - 1)
-        for seg in self._segments[idx:]:
-            _, position = seg.index.lookup(start)
-            for _, h in seg.headers_from(position):
-                if h.next_offset <= start or h.producer_id < 0:
-                    continue
-                append.add(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                           h.base_offset, h.last_offset, h.max_timestamp, is_control=h.is_control,
-                           validate=False)
-        append.commit()
 
     @property
     def active_segment(self) -> LogSegment:
@@ -213,6 +169,9 @@ class PartitionLog:
             if h.is_control and not allow_control:
                 raise InvalidRecordError(
                     f"batch {len(headers)} is a control batch; only the broker writes those")
+            if h.attributes & (ATTR_TRANSACTIONAL | ATTR_CONTROL) and h.producer_id < 0:
+                raise InvalidRecordError(
+                    f"batch {len(headers)} is transactional but has no producer id")
             if h.records_count == 0:
                 raise InvalidRecordError(f"batch {len(headers)} holds no records")
             if h.producer_id >= 0 and h.base_sequence < 0 and not h.is_control:
@@ -245,12 +204,20 @@ class PartitionLog:
             last = base + h.last_offset_delta
             if h.producer_id >= 0:
                 ts = append_time if append_time >= 0 else h.max_timestamp
-                dup = staged.add(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
-                                 base, last, ts, is_control=h.is_control)
-                if dup is not None:
-                    return AppendResult(dup.first_offset, dup.last_offset,
-                                        dup.timestamp if append_time >= 0 else -1,
-                                        self.log_start_offset, duplicate=True)
+                if h.attributes & ATTR_CONTROL:
+                    marker = parse_marker(h)
+                    if marker is None:
+                        raise InvalidRecordError("control batch is not a transaction marker")
+                    staged.add_marker(h.producer_id, h.producer_epoch, base, ts, commit=marker.commit,
+                                      coordinator_epoch=marker.coordinator_epoch)
+                else:
+                    dup = staged.add(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
+                                     base, last, ts,
+                                     is_transactional=bool(h.attributes & ATTR_TRANSACTIONAL))
+                    if dup is not None:
+                        return AppendResult(dup.first_offset, dup.last_offset,
+                                            dup.timestamp if append_time >= 0 else -1,
+                                            self.log_start_offset, duplicate=True)
             plan.append((h, base))
             next_offset = last + 1
 
@@ -274,10 +241,59 @@ class PartitionLog:
                 buffers.append(view[h.position + 16 : h.end])
             batches.append((base, base + h.last_offset_delta + 1, max_ts, h.size))
         segment.append(buffers, batches)
-        staged.commit()
+        for txn in staged.commit():
+            segment.txn_index.append(txn)
         base_offset = plan[0][1]
         self.log_end_offset = self.high_watermark = next_offset
         return AppendResult(base_offset, next_offset - 1, append_time, self.log_start_offset)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, *, commit: bool,
+                      coordinator_epoch: int = 0, now_ms: int | None = None) -> AppendResult:
+        """Write a COMMIT or ABORT marker ending `producer_id`'s transaction in this partition.
+
+        The marker's epoch becomes the producer's epoch here: a bumped epoch (KIP-890) fences the
+        old one. A marker without an open transaction (a coordinator's retry) is still written.
+        """
+        if producer_id < 0 or producer_epoch < 0:
+            raise InvalidRecordError(
+                f"a marker needs a producer id and epoch, got {producer_id} and {producer_epoch}")
+        if now_ms is None:
+            now_ms = self._now_ms()
+        data = build_marker(producer_id, producer_epoch, commit=commit,
+                            coordinator_epoch=coordinator_epoch, timestamp=now_ms)
+        return self.append(data, now_ms=now_ms, allow_control=True)
+
+    # -- transactions ----------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transactional record is committed or aborted: read_committed reads up to it."""
+        first = self.producer_state.first_unstable_offset()
+        lso = self.high_watermark if first is None else min(first, self.high_watermark)
+        return max(lso, self.log_start_offset)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions that have records in
+        [start_offset, end_offset), ordered by first offset: what read_committed Fetch lists."""
+        found: list[AbortedTxn] = []
+        idx = max(0, bisect_right(self._bases, start_offset) - 1)
+        for seg in self._segments[idx:]:
+            if seg.txn_index.collect(start_offset, end_offset, found):
+                break
+        found.sort(key=lambda t: t.first_offset)
+        return [(t.producer_id, t.first_offset) for t in found]
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction."""
+        return dict(self.producer_state.ongoing)
+
+    def producers(self) -> list[ProducerStateEntry]:
+        """A copy of every producer's state (DescribeProducers)."""
+        return [e.copy() for e in self.producer_state.entries.values()]
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for `expiration_ms` and without an open transaction."""
+        return self.producer_state.expire(now_ms, expiration_ms)
 
     def _maybe_roll(self, size: int, last_offset: int, max_timestamp: int, now_ms: int) -> LogSegment:
         seg = self._segments[-1]
@@ -453,6 +469,7 @@ class PartitionLog:
         active.sync()
         active.index.sync()
         active.time_index.sync()
+        active.txn_index.sync()
         self.producer_state.take_snapshot(self.log_end_offset, keep_from=self.log_start_offset)
         fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -1,4 +1,5 @@
-"""One segment: `<base offset>.log` holding record batches byte for byte, plus its two indexes."""
+"""One segment: `<base offset>.log` holding record batches byte for byte, plus its indexes (offset,
+time, aborted transactions)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from exactly.log.errors import StorageError
 from exactly.log.index import OffsetIndex, TimeIndex
+from exactly.log.txn_index import TransactionIndex
 from exactly.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -94,6 +96,7 @@ class LogSegment:
         self.log_path = directory / segment_name(base_offset, ".log")
         self.index = OffsetIndex(directory / segment_name(base_offset, ".index"), base_offset)
         self.time_index = TimeIndex(directory / segment_name(base_offset, ".timeindex"), base_offset)
+        self.txn_index = TransactionIndex(directory / segment_name(base_offset, ".txnindex"), base_offset)
         self.index_interval = index_interval
         self.created_ms = created_ms
         self.size = 0
@@ -115,7 +118,7 @@ class LogSegment:
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval: int, created_ms: int) -> LogSegment:
         seg = cls(directory, base_offset, index_interval=index_interval, created_ms=created_ms)
-        for path in (seg.log_path, seg.index.path, seg.time_index.path):
+        for path in (seg.log_path, seg.index.path, seg.time_index.path, seg.txn_index.path):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         return seg
 
@@ -141,12 +144,15 @@ class LogSegment:
         self.sync()
         self.index.sync()
         self.time_index.sync()
+        self.txn_index.sync()
         self.index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def close(self) -> None:
         self.index.close()
         self.time_index.close()
+        self.txn_index.close()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -157,6 +163,7 @@ class LogSegment:
             self._fd = None
         self.index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.log_path.unlink(missing_ok=True)
 
     def largest_timestamp(self) -> int:

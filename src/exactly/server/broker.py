@@ -17,6 +17,8 @@ from exactly.server import network
 from exactly.server.config import ConfigError, load_or_create_meta
 from exactly.server.flusher import Flusher
 from exactly.server.handlers import HANDLERS
+from exactly.server.transactions import finish, recover
+from exactly.txn import TransactionCoordinator, TxnConfig
 from exactly.txn.producer_ids import ProducerIdManager
 
 if TYPE_CHECKING:
@@ -49,6 +51,18 @@ class Broker:
             now_ms=self.now_ms(),
         )
         self.producer_ids = ProducerIdManager(self.log_dir / "producer_ids")
+        self.txn = TransactionCoordinator(
+            self.logs,
+            self.producer_ids,
+            TxnConfig(
+                num_partitions=config["transaction.state.log.num.partitions"],
+                max_timeout_ms=config["transaction.max.timeout.ms"],
+                transactional_id_expiration_ms=config["transactional.id.expiration.ms"],
+            ),
+            now_ms=self.now_ms(),
+        )
+        self.transaction_version: int = config["transaction.version"]
+        self.finalized_features = {"transaction.version": self.transaction_version}
         self.flusher = Flusher(config.log_config().flush_policy)
         self.connections: set[Any] = set()
         self.advertised_host = ""
@@ -95,6 +109,7 @@ class Broker:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
+        await recover(self)  # before any client: no transaction is left half-finished
         host, port = self.config.listener
         self._server = await network.start_server(self, host, port)
         sock = self._server.sockets[0].getsockname()
@@ -108,6 +123,8 @@ class Broker:
             self.advertised_port = bound_port
         self._tasks.append(asyncio.create_task(self._tick_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
+        self._tasks.append(asyncio.create_task(self._transaction_timeout_loop()))
+        self._tasks.append(asyncio.create_task(self._producer_expiration_loop()))
         return bound_host, bound_port
 
     async def _tick_loop(self) -> None:
@@ -128,6 +145,26 @@ class Broker:
                     log.info("retention deleted %d segment(s)", deleted)
             except Exception:
                 log.exception("retention check failed")
+
+    async def _transaction_timeout_loop(self) -> None:
+        interval = self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for markers in self.txn.tick(self.now_ms()):
+                    log.info("transaction %r timed out: aborting it", markers.transactional_id)
+                    await finish(self, markers)
+            except Exception:
+                log.exception("transaction timeout check failed")
+
+    async def _producer_expiration_loop(self) -> None:
+        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.logs.expire_producers(self.now_ms(), self.config["producer.id.expiration.ms"])
+            except Exception:
+                log.exception("producer id expiration failed")
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -29,7 +29,7 @@ MINUTE_MS = 60_000
 # DescribeConfigs wire values (org.apache.kafka.common.requests.DescribeConfigsResponse).
 CONFIG_SOURCE_STATIC_BROKER = 4
 CONFIG_SOURCE_DEFAULT = 5
-CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "LIST": 7}
+CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "LIST": 7}
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 SECURITY_PROTOCOLS_LATER = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -428,6 +428,37 @@ _KEYS: tuple[Key, ...] = (
         86400000,
         _int(1),
         "How long an idle idempotent producer's state is kept.",
+    ),
+    Key(
+        "producer.id.expiration.check.interval.ms",
+        "INT",
+        600000,
+        _int(1),
+        "How often idle producer ids are looked for.",
+    ),
+    Key(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "INT",
+        10000,
+        _int(1),
+        "How often transactions past their timeout are looked for and aborted.",
+    ),
+    Key(
+        "transaction.partition.verification.enable",
+        "BOOLEAN",
+        True,
+        _parse_bool,
+        "KIP-890: check with the coordinator that a transaction is ongoing and holds the partition "
+        "before writing an older client's transactional batch to it.",
+    ),
+    Key(
+        "transaction.version",
+        "SHORT",
+        2,
+        _int(0, 2),
+        "Exactly's key for Kafka's transaction.version feature (KIP-890), finalized at this level: "
+        "2 bumps the epoch on every commit/abort and adds partitions implicitly on produce for "
+        "clients that support it; 0 and 1 keep the original protocol.",
     ),
     Key(
         "cluster.id",

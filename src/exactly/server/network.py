@@ -16,6 +16,7 @@ from exactly.protocol import framing
 from exactly.protocol.apis import SUPPORTED, ApiKey, api_name, is_supported
 from exactly.protocol.framing import MalformedRequest
 from exactly.server.context import RequestContext
+from exactly.server.handlers.api_versions import api_versions_response
 
 if TYPE_CHECKING:
     from exactly.server.broker import Broker
@@ -88,8 +89,9 @@ class Connection:
         if not is_supported(api_key, api_version):
             if api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with the supported range so the client can pick a version.
-                await self._queue_ready(framing.encode_response(
-                    api_key, 0, correlation_id, unsupported_api_versions_response()))
+                response = api_versions_response(0, self.broker.finalized_features,
+                                                 error_unsupported=True)
+                await self._queue_ready(framing.encode_response(api_key, 0, correlation_id, response))
                 return True
             self._malformed(
                 f"unsupported API {api_name(api_key)} (key {api_key}) version {api_version}; "
@@ -143,12 +145,6 @@ class Connection:
                 self.writer.write(frame)
                 if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     await self.writer.drain()
-
-
-def unsupported_api_versions_response() -> Any:
-    from exactly.server.handlers.api_versions import api_versions_response
-
-    return api_versions_response(0, error_unsupported=True)
 
 
 async def start_server(broker: Broker, host: str, port: int) -> asyncio.Server:

@@ -1,1 +1,29 @@
-"""Producer ids and (in a later release) the transaction coordinator: sans-IO state machines."""
+"""The transaction coordinator (KIP-98, KIP-890) as a sans-IO state machine kept in
+`__transaction_state`, and producer id allocation."""
+
+from exactly.txn.coordinator import TransactionCoordinator, TxnStateError
+from exactly.txn.producer_ids import ProducerIdManager
+from exactly.txn.state import (
+    EndResult,
+    IllegalTransitionError,
+    InitResult,
+    TxnConfig,
+    TxnMarkers,
+    TxnMetadata,
+    TxnState,
+)
+from exactly.txn.store import TXN_TOPIC
+
+__all__ = [
+    "TXN_TOPIC",
+    "EndResult",
+    "IllegalTransitionError",
+    "InitResult",
+    "ProducerIdManager",
+    "TransactionCoordinator",
+    "TxnConfig",
+    "TxnMarkers",
+    "TxnMetadata",
+    "TxnState",
+    "TxnStateError",
+]

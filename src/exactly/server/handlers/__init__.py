@@ -12,13 +12,12 @@ from exactly.server.handlers import (
     list_offsets,
     metadata,
     produce,
-    producer_id,
     topics,
+    txn,
 )
 
 HANDLERS: dict[int, Handler] = {}
-for _module in (api_versions, metadata, produce, fetch, list_offsets, producer_id, topics, configs,
-                groups):
+for _module in (api_versions, metadata, produce, fetch, list_offsets, topics, configs, groups, txn):
     HANDLERS.update(_module.HANDLERS)
 
 _missing = set(SUPPORTED) - set(HANDLERS)

@@ -9,21 +9,23 @@ from exactly.protocol.errors import ErrorCode
 from exactly.server.context import RequestContext
 from exactly.server.handlers.common import NO_THROTTLE
 
-# Features this broker supports, as (min, max) levels, and the levels finalized for the cluster.
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {}
-FINALIZED_FEATURES: dict[str, int] = {}
-FINALIZED_FEATURES_EPOCH = 0
+# Features this broker supports, as (min, max) levels (KIP-584). What is finalized comes from the
+# configuration: `transaction.version` (KIP-890).
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"transaction.version": (0, 2)}
+FINALIZED_FEATURES_EPOCH = 1
 
 
-def api_versions_response(version: int, *, error_unsupported: bool = False) -> Any:
+def api_versions_response(version: int, finalized: dict[str, int], *,
+                          error_unsupported: bool = False) -> Any:
     module = response_module(ApiKey.API_VERSIONS, version)
+    if not hasattr(module, "SupportedFeatureKey"):  # v0–v2 carry no features
+        return build(module.ApiVersionsResponse,
+                     error_code=ErrorCode.unsupported_version if error_unsupported else ErrorCode.none,
+                     api_keys=_api_keys(module), throttle_time=NO_THROTTLE)
     return build(
         module.ApiVersionsResponse,
         error_code=ErrorCode.unsupported_version if error_unsupported else ErrorCode.none,
-        api_keys=tuple(
-            build(module.ApiVersion, api_key=key, min_version=lo, max_version=hi)
-            for key, (lo, hi) in sorted(SUPPORTED.items())
-        ),
+        api_keys=_api_keys(module),
         throttle_time=NO_THROTTLE,
         supported_features=tuple(
             build(module.SupportedFeatureKey, name=name, min_version=lo, max_version=hi)
@@ -33,13 +35,19 @@ def api_versions_response(version: int, *, error_unsupported: bool = False) -> A
         finalized_features=tuple(
             build(module.FinalizedFeatureKey, name=name, max_version_level=level,
                   min_version_level=level)
-            for name, level in FINALIZED_FEATURES.items()
+            for name, level in finalized.items()
+            if level > 0  # Kafka leaves level-0 features out of the finalized set
         ),
     )
 
 
+def _api_keys(module: Any) -> tuple[Any, ...]:
+    return tuple(build(module.ApiVersion, api_key=key, min_version=lo, max_version=hi)
+                 for key, (lo, hi) in sorted(SUPPORTED.items()))
+
+
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
-    return api_versions_response(ctx.api_version)
+    return api_versions_response(ctx.api_version, ctx.broker.finalized_features)
 
 
 HANDLERS = {ApiKey.API_VERSIONS: handle_api_versions}

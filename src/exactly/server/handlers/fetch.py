@@ -66,28 +66,32 @@ def _read(ctx: RequestContext, request: Any, wanted: list[Any]) -> tuple[tuple[A
         partitions = []
         for w in parts:
             records: bytes | memoryview = b""
+            aborted: tuple[Any, ...] | None = () if committed else None
             error = w.error
             hwm = lso = start = -1
             if w.plog is not None:
                 plog = w.plog
-                hwm, start = plog.high_watermark, plog.log_start_offset
-                lso = hwm  # no transactions yet: everything below the high watermark is stable
+                hwm, lso, start = plog.high_watermark, plog.last_stable_offset, plog.log_start_offset
+                upper = lso if committed else hwm
                 # KIP-74: the first batch of the response goes out whole even past the limits, so
                 # the consumer always progresses; later partitions get what still fits.
                 limit = w.max_bytes if total == 0 else min(w.max_bytes, budget)
                 try:
                     if limit > 0 or total == 0:
-                        records = plog.read(w.offset, limit, max_offset=lso if committed else hwm,
+                        records = plog.read(w.offset, limit, max_offset=upper,
                                             min_one_batch=total == 0)
                 except LogError as exc:
                     error = exc.error_code
+                if committed and records:
+                    aborted = tuple(
+                        ctx.nested("AbortedTransaction", producer_id=pid, first_offset=first)
+                        for pid, first in plog.aborted_transactions(w.offset, upper))
             total += len(records)
             budget -= len(records)
             partitions.append(ctx.nested(
                 "PartitionData", partition_index=w.partition, error_code=error, high_watermark=hwm,
-                last_stable_offset=lso, log_start_offset=start,
-                aborted_transactions=() if committed else None, preferred_read_replica=-1,
-                records=bytes(records)))
+                last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
+                preferred_read_replica=-1, records=bytes(records)))
         responses.append(ctx.nested("FetchableTopicResponse", topic=name or "", topic_id=topic_id,
                                     partitions=tuple(partitions)))
     return tuple(responses), total

@@ -1,5 +1,6 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, DescribeGroups, ListGroups, DeleteGroups — thin adapters over `exactly.groups`.
+TxnOffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups — thin adapters over
+`exactly.groups`.
 
 The coordinator is sans-IO: parked JoinGroup/SyncGroup answers come through callbacks, which
 these handlers turn into futures.
@@ -13,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from exactly.groups import GroupCoordinator, JoinResult, OffsetToCommit, SyncResult
+from exactly.groups import OFFSETS_TOPIC, GroupCoordinator, JoinResult, OffsetToCommit, SyncResult
 from exactly.protocol.apis import ApiKey
 from exactly.server.context import Handler, RequestContext
 
@@ -40,10 +41,9 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
 
     def answer(key: str) -> tuple[ErrorCode, str | None]:
-        if key_type == KEY_TYPE_GROUP:
+        # A single node: this broker coordinates every group and every transactional id.
+        if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             return ErrorCode.none, None
-        if key_type == KEY_TYPE_TRANSACTION:
-            return ErrorCode.coordinator_not_available, "transactions are not enabled yet"
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
 
     def fields(error: ErrorCode) -> dict[str, Any]:
@@ -189,20 +189,104 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
 
 
-def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: str) -> tuple:
-    """One group's OffsetFetch answer. `suffix` is "" for v1-7 names, "s" for the v8+ ones."""
+# -- TxnOffsetCommit --------------------------------------------------------------------------
+
+# Errors of the transaction check TxnOffsetCommit answers as they are; they are fatal or abortable
+# for the client (KIP-890). Any other one (CONCURRENT_TRANSACTIONS, a coordinator loading or
+# moving) becomes COORDINATOR_NOT_AVAILABLE, which every client retries.
+_TXN_ERRORS_AS_IS = frozenset({
+    ErrorCode.invalid_txn_state, ErrorCode.invalid_producer_id_mapping,
+    ErrorCode.invalid_producer_epoch, ErrorCode.transactional_id_authorization_failed,
+})
+
+
+def _txn_error(version: int, error: ErrorCode) -> ErrorCode:
+    if error == ErrorCode.none or error in _TXN_ERRORS_AS_IS:
+        return error
+    if error == ErrorCode.producer_fenced:
+        # TxnOffsetCommit has no version that knows PRODUCER_FENCED; Kafka's log append
+        # answers a fenced producer with INVALID_PRODUCER_EPOCH here.
+        return ErrorCode.invalid_producer_epoch
+    if error == ErrorCode.transaction_abortable:
+        return error if version >= 4 else ErrorCode.invalid_txn_state
+    return ErrorCode.coordinator_not_available
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    coordinator = _coordinator(ctx)
+    broker = ctx.broker
+    offsets = {
+        (topic.name, p.partition_index): OffsetToCommit(
+            p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+        for topic in request.topics for p in topic.partitions
+    }
+    group_id, txn_id = request.group_id, request.transactional_id
+    pid, epoch = request.producer_id, request.producer_epoch
+    errors: dict[tuple[str, int], ErrorCode] | None = None
+    to_sync = []
+    if group_id:  # an empty group id gets INVALID_GROUP_ID from the coordinator
+        tp = (OFFSETS_TOPIC, coordinator.offsets_partition(group_id))
+        txn = broker.txn
+        if ctx.api_version >= 5:
+            # Transaction version 2 (KIP-890 part 2): the client sends no AddOffsetsToTxn; this
+            # request adds the group's offsets partition to the transaction itself.
+            checked = txn.add_partitions(txn_id, pid, epoch, [tp], now_ms=broker.now_ms(),
+                                         client_transaction_version=2)
+        else:
+            checked = txn.verify_partitions(txn_id, pid, epoch, [tp])
+        error = _txn_error(ctx.api_version, checked.get(tp, ErrorCode.invalid_txn_state))
+        if error != ErrorCode.none:
+            errors = dict.fromkeys(offsets, error)
+        elif ctx.api_version >= 5:
+            to_sync.append(txn.log_for(txn_id))
+    if errors is None:
+        # No await between the transaction check and the append: no marker can slip between.
+        result = coordinator.commit_txn_offsets(
+            group_id, pid, epoch, offsets, member_id=getattr(request, "member_id", ""),
+            generation_id=getattr(request, "generation_id", -1),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            now_ms=broker.now_ms(),
+        )
+        errors = result.errors
+        if result.log is not None:
+            to_sync.append(result.log)
+    if to_sync:
+        # Acknowledge only once the offsets (and the partition's place in the transaction) are
+        # durable under the flush policy.
+        await broker.sync(to_sync)
+    topics = tuple(
+        ctx.nested("TxnOffsetCommitResponseTopic", name=topic.name, partitions=tuple(
+            ctx.nested("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+                       error_code=errors[(topic.name, p.partition_index)])
+            for p in topic.partitions))
+        for topic in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
+
+
+def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: str,
+                  require_stable: bool) -> tuple:
+    """One group's OffsetFetch answer. `suffix` is "" for v1-7 names, "s" for the v8+ ones.
+
+    With `require_stable` (v7+, read_committed consumers) a partition whose offset waits on an
+    open transaction answers UNSTABLE_OFFSET_COMMIT, which the client retries, as in Kafka."""
     coordinator = _coordinator(ctx)
     wanted = None if topics is None else [
         (t.name, p) for t in topics for p in t.partition_indexes
     ]
     found = coordinator.fetch_offsets(group_id, wanted)
+    unstable = coordinator.pending_partitions(group_id) if require_stable else set()
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), committed in found.items():
+        if (topic, partition) in unstable:
+            committed = None
         by_topic.setdefault(topic, []).append(ctx.nested(
             "OffsetFetchResponsePartition" + suffix, partition_index=partition,
             committed_offset=committed.offset if committed else -1,
             committed_leader_epoch=committed.leader_epoch if committed else -1,
-            metadata=committed.metadata if committed else "", error_code=ErrorCode.none))
+            metadata=committed.metadata if committed else "",
+            error_code=(ErrorCode.unstable_offset_commit if (topic, partition) in unstable
+                        else ErrorCode.none)))
     if topics is not None:  # keep the request's topic order, including topics with no offsets
         for t in topics:
             by_topic.setdefault(t.name, [])
@@ -213,14 +297,17 @@ def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: st
 
 
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
         groups = tuple(
             ctx.nested("OffsetFetchResponseGroup", group_id=g.group_id, error_code=ErrorCode.none,
-                       topics=_fetch_topics(ctx, g.group_id, g.topics, suffix="s"))
+                       topics=_fetch_topics(ctx, g.group_id, g.topics, suffix="s",
+                                            require_stable=stable))
             for g in request.groups
         )
         return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
-    topics = _fetch_topics(ctx, request.group_id, request.topics, suffix="")
+    topics = _fetch_topics(ctx, request.group_id, request.topics, suffix="",
+                           require_stable=stable)
     return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
 
 
@@ -276,6 +363,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.HEARTBEAT: handle_heartbeat,
     ApiKey.LEAVE_GROUP: handle_leave_group,
     ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
     ApiKey.OFFSET_FETCH: handle_offset_fetch,
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     ApiKey.LIST_GROUPS: handle_list_groups,

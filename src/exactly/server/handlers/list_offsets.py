@@ -16,8 +16,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 def _lookup(plog: Any, timestamp: int, committed: bool) -> tuple[int, int]:
     """(timestamp, offset) as Kafka answers them; (-1, -1) when no record is that late."""
     if timestamp == LATEST:
-        # No transactions yet, so the last stable offset is the high watermark.
-        return -1, plog.high_watermark
+        return -1, plog.last_stable_offset if committed else plog.high_watermark
     if timestamp == EARLIEST:
         return -1, plog.log_start_offset
     if timestamp == MAX_TIMESTAMP:

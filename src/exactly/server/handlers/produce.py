@@ -13,6 +13,7 @@ from exactly.log import PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
+from exactly.protocol.records import RecordBatchError, RecordBatchHeader
 from exactly.server.context import RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log, topic_of, unknown_topic_error
 
@@ -33,14 +34,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             plog = partition_log(ctx, info, pdata.index)
             if acks not in (0, 1, -1):
                 error = ErrorCode.invalid_required_acks
-            elif request.transactional_id is not None:
-                error, message = ErrorCode.transactional_id_authorization_failed, \
-                    "transactions are not enabled on this broker yet"
             elif plog is None:
                 error = unknown_topic_error(topic_id, name)
             elif not pdata.records:
                 error, message = ErrorCode.invalid_record, "empty or null record set"
             else:
+                error, message = _check_transaction(ctx, request, plog, pdata.records)
+            if error == ErrorCode.none and plog is not None:
                 try:
                     result = plog.append(pdata.records, now_ms=broker.now_ms())
                 except LogError as exc:
@@ -63,6 +63,55 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if acks == 0:
         return None
     return ctx.response(responses=tuple(topic_responses), throttle_time=NO_THROTTLE)
+
+
+# Coordinator errors an older client would take as fatal although a retry or an abort fixes them
+# (KIP-890 "Old Clients"): sent as TRANSACTION_ABORTABLE where the version has it, else as
+# NOT_ENOUGH_REPLICAS with a message saying why.
+_RETRIABLE = {ErrorCode.concurrent_transactions, ErrorCode.coordinator_not_available,
+              ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress}
+TRANSACTION_ABORTABLE_SINCE = 11
+IMPLICIT_ADD_SINCE = 12  # KIP-890 part 2: Produce adds the partition to the transaction
+
+
+def _check_transaction(ctx: RequestContext, request: Any, plog: PartitionLog,
+                       records: bytes) -> tuple[ErrorCode, str | None]:
+    """KIP-890: a transactional batch goes only into a partition of its ongoing transaction."""
+    try:
+        header = RecordBatchHeader(records)
+    except RecordBatchError:
+        return ErrorCode.none, None  # the log refuses it with the right error
+    if not header.is_transactional:
+        return ErrorCode.none, None
+    txn_id = request.transactional_id
+    if txn_id is None:
+        return ErrorCode.invalid_record, "a transactional batch needs the request's transactional id"
+    pid, epoch = header.producer_id, header.producer_epoch
+    if pid in plog.ongoing_transactions():
+        return ErrorCode.none, None  # verified when its transaction first wrote here
+    broker = ctx.broker
+    tp = (plog.topic, plog.partition)
+    if ctx.api_version >= IMPLICIT_ADD_SINCE and broker.transaction_version >= 2:
+        error = broker.txn.add_partitions(txn_id, pid, epoch, [tp], now_ms=broker.now_ms(),
+                                          client_transaction_version=2)[tp]
+        if error == ErrorCode.none and broker.flusher.policy == "fsync":
+            # The coordinator must know the partition before its data can be on disk, or a
+            # power cut could leave data of a transaction nobody will end.
+            broker.txn.log_for(txn_id).flush()
+    elif broker.config["transaction.partition.verification.enable"]:
+        error = broker.txn.verify_partitions(txn_id, pid, epoch, [tp])[tp]
+    else:
+        return ErrorCode.none, None
+    if error == ErrorCode.none:
+        return error, None
+    message = f"transaction {txn_id!r} of producer {pid} epoch {epoch} cannot write to {tp[0]}-{tp[1]}: {error_name(error)}"
+    if error in _RETRIABLE:
+        if ctx.api_version >= TRANSACTION_ABORTABLE_SINCE:
+            return ErrorCode.transaction_abortable, message
+        return ErrorCode.not_enough_replicas, message
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch, message
+    return error, message
 
 
 HANDLERS = {ApiKey.PRODUCE: handle_produce}

@@ -1,0 +1,141 @@
+"""Transactional offset commits (KIP-98 TxnOffsetCommit), after Kafka's GroupMetadata.
+
+A TxnOffsetCommit appends the offsets to the group's `__consumer_offsets` partition as one
+transactional batch of the producer, and keeps them pending for (group, producer id): OffsetFetch
+does not see them and they do not replace committed offsets. When the transaction coordinator has
+written the COMMIT or ABORT marker for the producer into that partition, the broker calls
+`complete_txn`: the pending offsets become the committed ones, or are dropped. On start the same
+happens from the markers found in the log (`fold.py`); transactions still open stay pending.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from exactly.groups.fold import apply_txn_offsets
+from exactly.groups.group import Group, GroupState
+from exactly.groups.offsets import (
+    CommitResult,
+    OffsetsMixin,
+    OffsetToCommit,
+    TopicPartition,
+    append_error,
+    offset_records,
+    with_log_offsets,
+)
+from exactly.log.errors import InvalidProducerEpochError
+
+log = logging.getLogger("exactly.groups")
+
+
+class TxnOffsetsMixin(OffsetsMixin):
+    def offsets_partition(self, group_id: str) -> int:
+        """The `__consumer_offsets` partition that holds this group."""
+        return self.store.partition(group_id)
+
+    def commit_txn_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int,
+        offsets: dict[TopicPartition, OffsetToCommit], *, member_id: str = "",
+        generation_id: int = -1, group_instance_id: str | None = None, now_ms: int,
+    ) -> CommitResult:
+        """TxnOffsetCommit, once the transaction coordinator has vouched for the transaction.
+
+        Appends the offsets as a transactional batch of `producer_id`; they stay pending until
+        `complete_txn`. Answer the client only after syncing `result.log` (when not None).
+        A group that does not exist is created Empty, as Kafka allows for producers whose
+        consumer uses no group management.
+        """
+        if not group_id:
+            return CommitResult({tp: ErrorCode.invalid_group_id for tp in offsets}, None)
+        group = self._groups.get(group_id)
+        error = _validate_txn_commit(group if group is not None else Group(group_id),
+                                     member_id, group_instance_id, generation_id)
+        if error is not None:
+            return CommitResult({tp: error for tp in offsets}, None)
+        errors, accepted = self._check_offsets(offsets, now_ms)
+        if not accepted:
+            return CommitResult(errors, None)
+        try:
+            appended = self._append_batch(group_id, offset_records(group_id, accepted), now_ms,
+                                          producer_id=producer_id, producer_epoch=producer_epoch,
+                                          transactional=True)
+        except InvalidProducerEpochError as exc:
+            # The partition has seen a newer epoch of this producer: a zombie.
+            log.info("transactional offsets of group %s refused: %s", group_id, exc)
+            errors.update({tp: ErrorCode.invalid_producer_epoch for tp in accepted})
+            return CommitResult(errors, None)
+        except Exception as exc:
+            log.exception("appending transactional offsets of group %s failed", group_id)
+            code = append_error(exc)
+            errors.update({tp: code for tp in accepted})
+            return CommitResult(errors, None)
+        if group is None:
+            group = self._new_group(group_id, now_ms)
+        group.pending_txn.setdefault(producer_id, {}).update(
+            with_log_offsets(accepted, appended.base_offset))
+        self._txn_groups.setdefault(producer_id, set()).add(group_id)
+        errors.update({tp: ErrorCode.none for tp in accepted})
+        return CommitResult(errors, appended.log)
+
+    def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool,
+                     now_ms: int) -> None:
+        """The marker ending `producer_id`'s transaction is in `__consumer_offsets` partition
+        `offsets_partition`: apply (commit) or drop (abort) the producer's pending offsets of
+        every group in that partition. Calling it again, or for a producer with nothing
+        pending, does nothing."""
+        groups = self._txn_groups.get(producer_id)
+        if not groups:
+            return
+        for group_id in [g for g in groups if self.store.partition(g) == offsets_partition]:
+            groups.discard(group_id)
+            group = self._groups.get(group_id)
+            pending = group.pending_txn.pop(producer_id, None) if group is not None else None
+            if group is None or not pending:
+                continue
+            if commit:
+                apply_txn_offsets(group.offsets, pending)
+            log.info("transactional offsets of producer %d for group %s %s (%d partitions)",
+                     producer_id, group_id, "committed" if commit else "aborted", len(pending))
+        if not groups:
+            del self._txn_groups[producer_id]
+
+    def has_pending(self, group_id: str) -> bool:
+        """Whether the group holds offsets of a transaction not yet ended."""
+        group = self._groups.get(group_id)
+        return group is not None and bool(group.pending_txn)
+
+    def pending_producers(self, offsets_partition: int) -> set[int]:
+        """Producers with pending transactional offsets in this `__consumer_offsets` partition."""
+        return {
+            producer_id for producer_id, groups in self._txn_groups.items()
+            if any(self.store.partition(g) == offsets_partition for g in groups)
+        }
+
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The partitions of the group with transactional offsets not yet committed or aborted
+        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for offsets in group.pending_txn.values() for tp in offsets}
+
+
+def _validate_txn_commit(group: Group, member_id: str, instance_id: str | None,
+                         generation_id: int) -> ErrorCode | None:
+    """Kafka's validateOffsetCommit for a transactional commit. Requests before v3 carry no
+    member (""/-1/None) and are accepted whatever the group's state."""
+    if group.state is GroupState.DEAD:
+        return ErrorCode.coordinator_not_available
+    if generation_id < 0 and group.state is GroupState.EMPTY:
+        return None
+    if generation_id >= 0 or member_id or instance_id is not None:
+        if instance_id is not None and group.static_members.get(instance_id,
+                                                                 member_id) != member_id:
+            return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+    return None

@@ -1,0 +1,250 @@
+"""The transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+WriteTxnMarkers, and the operator's views ListTransactions, DescribeTransactions,
+DescribeProducers."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Any
+
+from exactly.groups import OFFSETS_TOPIC
+from exactly.protocol.apis import ApiKey
+from exactly.protocol.errors import ErrorCode
+from exactly.server.context import RequestContext
+from exactly.server.handlers.common import NO_THROTTLE, partition_log
+from exactly.server.transactions import finish, write_markers
+
+# First request version that knows PRODUCER_FENCED; older ones get INVALID_PRODUCER_EPOCH.
+_FENCED_SINCE = {
+    ApiKey.INIT_PRODUCER_ID: 4,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 2,
+    ApiKey.ADD_OFFSETS_TO_TXN: 2,
+    ApiKey.END_TXN: 2,
+}
+
+
+def _for_version(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
+    if error == ErrorCode.producer_fenced and ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
+        return ErrorCode.invalid_producer_epoch
+    if error == ErrorCode.transaction_abortable and ctx.api_version < 5:
+        return ErrorCode.invalid_txn_state
+    return error
+
+
+async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    if request.transactional_id is None:
+        # An idempotent producer gets a new id each time, as in Kafka.
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                            producer_id=broker.producer_ids.generate(), producer_epoch=0)
+    txn_id = request.transactional_id
+    timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+    pid = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    result = broker.txn.init_producer_id(txn_id, timeout_ms, pid, epoch, now_ms=broker.now_ms())
+    if result.markers is not None:
+        # The previous instance left a transaction open: it is aborted with a bumped epoch
+        # (fencing it), then the new instance gets its epoch.
+        await finish(broker, result.markers)
+        result = broker.txn.init_producer_id(txn_id, timeout_ms, pid, epoch, now_ms=broker.now_ms())
+    if result.error == ErrorCode.none:
+        await broker.sync([broker.txn.log_for(txn_id)])
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=_for_version(ctx, result.error),
+                        producer_id=result.producer_id if result.error == ErrorCode.none else -1,
+                        producer_epoch=result.producer_epoch if result.error == ErrorCode.none else -1)
+
+
+def _known_partitions(ctx: RequestContext, topics: Any) -> tuple[list[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
+    wanted, unknown = [], {}
+    for t in topics:
+        info = ctx.broker.logs.topic(t.name)
+        for p in t.partitions:
+            if partition_log(ctx, info, p) is None:
+                unknown[(t.name, p)] = ErrorCode.unknown_topic_or_partition
+            else:
+                wanted.append((t.name, p))
+    return wanted, unknown
+
+
+def _add(ctx: RequestContext, txn_id: str, pid: int, epoch: int, topics: Any,
+         verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
+    wanted, unknown = _known_partitions(ctx, topics)
+    if unknown:
+        # As Kafka: nothing is added when any partition is unknown.
+        return {**unknown, **{tp: ErrorCode.operation_not_attempted for tp in wanted}}
+    txn = ctx.broker.txn
+    if verify_only:
+        return txn.verify_partitions(txn_id, pid, epoch, wanted)
+    return txn.add_partitions(txn_id, pid, epoch, wanted, now_ms=ctx.broker.now_ms())
+
+
+def _topic_results(ctx: RequestContext, results: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), error in results.items():
+        by_topic.setdefault(topic, []).append(ctx.nested(
+            "AddPartitionsToTxnPartitionResult", partition_index=partition,
+            partition_error_code=_for_version(ctx, error)))
+    return tuple(ctx.nested("AddPartitionsToTxnTopicResult", name=topic,
+                            results_by_partition=tuple(parts)) for topic, parts in by_topic.items())
+
+
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+    txn = ctx.broker.txn
+    if ctx.api_version <= 3:
+        txn_id = request.v3_and_below_transactional_id
+        results = _add(ctx, txn_id, request.v3_and_below_producer_id,
+                       request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
+        await ctx.broker.sync([txn.log_for(txn_id)])
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            results_by_topic_v3_and_below=_topic_results(ctx, results))
+    by_txn = []
+    for t in request.transactions:
+        results = _add(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
+                       t.verify_only)
+        by_txn.append(ctx.nested("AddPartitionsToTxnResult", transactional_id=t.transactional_id,
+                                 topic_results=_topic_results(ctx, results)))
+    await ctx.broker.sync({txn.log_for(t.transactional_id) for t in request.transactions})
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                        results_by_transaction=tuple(by_txn))
+
+
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    offsets_partition = (OFFSETS_TOPIC, broker.groups.offsets_partition(request.group_id))
+    error = broker.txn.add_offsets(request.transactional_id, request.producer_id,
+                                   request.producer_epoch, request.group_id, offsets_partition,
+                                   now_ms=broker.now_ms())
+    if error == ErrorCode.none:
+        await broker.sync([broker.txn.log_for(request.transactional_id)])
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=_for_version(ctx, error))
+
+
+async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    bump = ctx.api_version >= 5 and broker.transaction_version >= 2
+    result = broker.txn.end_txn(request.transactional_id, request.producer_id,
+                                request.producer_epoch, request.committed, bump_epoch=bump,
+                                now_ms=broker.now_ms())
+    if result.error != ErrorCode.none:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=_for_version(ctx, result.error),
+                            producer_id=-1, producer_epoch=-1)
+    if result.markers is not None:
+        producer_id, epoch = await finish(broker, result.markers)
+    else:
+        await broker.sync([broker.txn.log_for(request.transactional_id)])
+        producer_id, epoch = result.producer_id, result.producer_epoch
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                        producer_id=producer_id, producer_epoch=epoch)
+
+
+async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
+    """Markers sent by a coordinator (another broker's, or an operator's tool)."""
+    results, written = [], []
+    for marker in request.markers:
+        partitions = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+        errors, logs = write_markers(ctx.broker, marker.producer_id, marker.producer_epoch,
+                                     commit=marker.transaction_result,
+                                     coordinator_epoch=marker.coordinator_epoch,
+                                     partitions=partitions)
+        written.extend(logs)
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), error in errors.items():
+            by_topic.setdefault(topic, []).append(ctx.nested(
+                "WritableTxnMarkerPartitionResult", partition_index=partition, error_code=error))
+        results.append(ctx.nested("WritableTxnMarkerResult", producer_id=marker.producer_id, topics=tuple(
+            ctx.nested("WritableTxnMarkerTopicResult", name=t, partitions=tuple(ps))
+            for t, ps in by_topic.items())))
+    await ctx.broker.sync(written)
+    return ctx.response(markers=tuple(results))
+
+
+async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+    states = []
+    for txn_id in request.transactional_ids:
+        meta = ctx.broker.txn.describe(txn_id)
+        if meta is None:
+            states.append(ctx.nested(
+                "TransactionState", error_code=ErrorCode.transactional_id_not_found,
+                transactional_id=txn_id, transaction_state="", transaction_timeout=NO_THROTTLE,
+                transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(ctx.nested(
+            "TransactionState", error_code=ErrorCode.none, transactional_id=txn_id,
+            transaction_state=meta.state.display_name,
+            transaction_timeout=datetime.timedelta(milliseconds=meta.txn_timeout_ms),
+            transaction_start_time=_time(meta.txn_start_ms), producer_id=meta.producer_id,
+            producer_epoch=meta.producer_epoch,
+            topics=tuple(ctx.nested("TopicData", topic=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items())))
+    return ctx.response(throttle_time=NO_THROTTLE, transaction_states=tuple(states))
+
+
+def _time(ms: int) -> datetime.datetime:
+    if ms < 0:  # Kafka sends -1 for "none"; kio wants an aware datetime
+        return datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+    from exactly.txn import TxnState
+
+    known = {s.display_name for s in TxnState}
+    wanted = set(request.state_filters) & known
+    unknown = tuple(s for s in request.state_filters if s not in known)
+    pattern = getattr(request, "transactional_id_pattern", None)
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
+                            unknown_state_filters=(), transaction_states=())
+    listed = ctx.broker.txn.list_transactions(
+        wanted or None, set(request.producer_id_filters) or None,
+        getattr(request, "duration_filter", -1), now_ms=ctx.broker.now_ms())
+    states = tuple(
+        ctx.nested("TransactionState", transactional_id=m.transactional_id,
+                   producer_id=m.producer_id, transaction_state=m.state.display_name)
+        for m in listed if regex is None or regex.fullmatch(m.transactional_id))
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                        unknown_state_filters=unknown, transaction_states=states)
+
+
+async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+    topics = []
+    for t in request.topics:
+        info = ctx.broker.logs.topic(t.name)
+        parts = []
+        for p in t.partition_indexes:
+            plog = partition_log(ctx, info, p)
+            if plog is None:
+                parts.append(ctx.nested("PartitionResponse", partition_index=p,
+                                        error_code=ErrorCode.unknown_topic_or_partition,
+                                        error_message=None, active_producers=()))
+                continue
+            producers = tuple(
+                ctx.nested("ProducerState", producer_id=e.producer_id, producer_epoch=e.epoch,
+                           last_sequence=e.last_sequence, last_timestamp=e.last_timestamp,
+                           coordinator_epoch=e.coordinator_epoch,
+                           current_txn_start_offset=(-1 if e.current_txn_first_offset is None
+                                                     else e.current_txn_first_offset))
+                for e in plog.producers())
+            parts.append(ctx.nested("PartitionResponse", partition_index=p,
+                                    error_code=ErrorCode.none, error_message=None,
+                                    active_producers=producers))
+        topics.append(ctx.nested("TopicResponse", name=t.name, partitions=tuple(parts)))
+    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+HANDLERS = {
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    ApiKey.END_TXN: handle_end_txn,
+    ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
+    ApiKey.DESCRIBE_PRODUCERS: handle_describe_producers,
+}

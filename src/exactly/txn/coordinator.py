@@ -1,0 +1,366 @@
+"""The transaction coordinator: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+marker completion and timers, as a sans-IO state machine.
+
+The rules are KIP-98's "Transaction Coordinator Request Handling", with the epoch bump of KIP-360
+(InitProducerId with a producer id and epoch) and KIP-890 (verifyOnly, an epoch bump on every
+EndTxn of a transaction-version-2 client, producer id rotation when the epoch overflows), as Apache
+Kafka's TransactionCoordinator implements them. Every call that changes state appends its
+record(s) to `__transaction_state` before it returns; the caller makes that durable
+(`log_for(transactional_id)`) before it answers the client.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from exactly.log.errors import LogError
+from exactly.protocol.errors import ErrorCode
+from exactly.txn.base import CoordinatorBase
+from exactly.txn.state import (
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    EndResult,
+    InitResult,
+    TopicPartition,
+    TxnMarkers,
+    TxnMetadata,
+    TxnState,
+    is_epoch_exhausted,
+)
+
+log = logging.getLogger("exactly.txn")
+
+E = ErrorCode
+
+
+class TxnStateError(RuntimeError):
+    """The broker asked for something the coordinator's state does not allow (a broker bug)."""
+
+
+class TransactionCoordinator(CoordinatorBase):
+    # -- InitProducerId -------------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str, txn_timeout_ms: int,
+                         producer_id: int = NO_PRODUCER_ID,
+                         producer_epoch: int = NO_PRODUCER_EPOCH, *, now_ms: int) -> InitResult:
+        """InitProducerId with a transactional id (the broker answers the idempotent-only case).
+
+        `producer_id`/`producer_epoch` are the KIP-360 form (v3+): a producer that already has an
+        id asks for a bump. The caller maps PRODUCER_FENCED to INVALID_PRODUCER_EPOCH for old
+        request versions.
+        """
+        if not transactional_id:
+            return InitResult(E.invalid_request)
+        if not 0 < txn_timeout_ms <= self.config.max_timeout_ms:
+            return InitResult(E.invalid_transaction_timeout)
+        if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
+            return InitResult(E.invalid_request)
+        expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
+        meta = self._txns.get(transactional_id)
+        if meta is None:
+            meta = TxnMetadata(transactional_id, self.producer_ids.generate(), NO_PRODUCER_EPOCH,
+                               txn_timeout_ms, TxnState.EMPTY, now_ms)
+        state = meta.state
+        if state.is_prepare or state is TxnState.PREPARE_EPOCH_FENCE:
+            # Wait for the markers; the client retries. (Before the identity check, unlike Kafka:
+            # a version-2 client may already hold the NextProducerId of an overflow.)
+            return InitResult(E.concurrent_transactions)
+        if expected is not None and not _valid_producer_id(meta, *expected):
+            return InitResult(E.producer_fenced)
+        if state is TxnState.ONGOING:
+            if expected is not None and expected[1] != meta.producer_epoch:
+                # Stricter than Kafka: a stale producer must not abort a newer transaction.
+                return InitResult(E.producer_fenced)
+            # Fence the current instance: abort its transaction with a bumped epoch. That epoch
+            # is never returned; the client retries and gets a second bump once it is aborted.
+            return InitResult(E.concurrent_transactions,
+                              markers=self._fence_and_abort(meta, now_ms))
+        return self._init_idle(meta, txn_timeout_ms, expected, now_ms)
+
+    def _init_idle(self, meta: TxnMetadata, txn_timeout_ms: int,
+                   expected: tuple[int, int] | None, now_ms: int) -> InitResult:
+        new = meta.copy()
+        new.txn_timeout_ms = txn_timeout_ms
+        new.txn_last_update_ms = now_ms
+        new.txn_start_ms = -1
+        new.partitions.clear()
+        new.next_producer_id = NO_PRODUCER_ID
+        current = (meta.producer_id, meta.producer_epoch)
+        if is_epoch_exhausted(meta.producer_epoch) and expected in (None, current):
+            new.prev_producer_id = meta.producer_id  # a retry may still name the old id
+            new.producer_id = self.producer_ids.generate()
+            new.producer_epoch = 0
+            new.last_producer_epoch = meta.producer_epoch if expected else NO_PRODUCER_EPOCH
+        elif expected is None:
+            new.prev_producer_id = NO_PRODUCER_ID
+            new.producer_epoch = meta.producer_epoch + 1
+            new.last_producer_epoch = NO_PRODUCER_EPOCH
+        elif meta.producer_epoch == NO_PRODUCER_EPOCH or expected == current:
+            new.prev_producer_id = NO_PRODUCER_ID
+            new.producer_epoch = meta.producer_epoch + 1
+            new.last_producer_epoch = meta.producer_epoch
+        elif expected[1] == meta.last_producer_epoch:
+            # A retry of a bump whose answer was lost: the same answer again, nothing to write.
+            return InitResult(E.none, meta.producer_id, meta.producer_epoch)
+        else:
+            return InitResult(E.producer_fenced)
+        new.transition(TxnState.EMPTY)
+        self._commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
+        log.info("event=txn_init transactional_id=%r producer_id=%d epoch=%d",
+                 new.transactional_id, new.producer_id, new.producer_epoch)
+        return InitResult(E.none, new.producer_id, new.producer_epoch)
+
+    def _fence_and_abort(self, meta: TxnMetadata, now_ms: int) -> TxnMarkers | None:
+        """Ongoing -> PrepareEpochFence -> PrepareAbort with epoch + 1 (KIP-98 expiration step i
+        and the InitProducerId fence). PrepareEpochFence only lives in memory, as in Kafka."""
+        new = meta.copy()
+        new.transition(TxnState.PREPARE_EPOCH_FENCE)
+        # An ongoing transaction's epoch is at most Short.MaxValue - 1 (an exhausted id is
+        # rotated before it starts one), so the bump cannot overflow.
+        new.producer_epoch = min(meta.producer_epoch + 1, MAX_EPOCH)
+        new.last_producer_epoch = NO_PRODUCER_EPOCH
+        new.prev_producer_id = NO_PRODUCER_ID  # not a client's EndTxn: no retry may match it
+        new.next_producer_id = NO_PRODUCER_ID
+        log.info("event=txn_fence transactional_id=%r producer_id=%d epoch=%d",
+                 meta.transactional_id, new.producer_id, new.producer_epoch)
+        return self._prepare_end(new, commit=False, now_ms=now_ms)
+
+    def _prepare_end(self, new: TxnMetadata, *, commit: bool, now_ms: int) -> TxnMarkers | None:
+        """Write PrepareCommit/PrepareAbort (the decision). Without partitions there are no
+        markers to write, so CompleteX goes into the same batch and None is returned."""
+        new.transition(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+        new.txn_last_update_ms = now_ms
+        if new.txn_start_ms < 0 or not new.partitions:
+            new.txn_start_ms = now_ms
+        if new.partitions:
+            self._commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
+            return self._markers(new)
+        done = _completed(new, now_ms)
+        self._commit(new, done, transactional_id=new.transactional_id, now_ms=now_ms)
+        return None
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: list[TopicPartition], *, now_ms: int,
+                       client_transaction_version: int = 0) -> dict[TopicPartition, ErrorCode]:
+        """Add partitions to the transaction (starting it if none is open). One error for all.
+
+        `client_transaction_version` is 2 when the broker adds a partition implicitly for a
+        KIP-890 client (AddPartitionsToTxn v5+), else 0."""
+        error = self._add(transactional_id, producer_id, producer_epoch, partitions, now_ms,
+                          client_transaction_version)
+        return dict.fromkeys(partitions, error)
+
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                    group_id: str, offsets_partition: TopicPartition, *, now_ms: int,
+                    client_transaction_version: int = 0) -> ErrorCode:
+        """AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction."""
+        if not group_id:
+            return E.invalid_request
+        return self._add(transactional_id, producer_id, producer_epoch, [offsets_partition],
+                         now_ms, client_transaction_version)
+
+    def _add(self, transactional_id: str, producer_id: int, producer_epoch: int,
+             partitions: list[TopicPartition], now_ms: int, ctv: int) -> ErrorCode:
+        if not transactional_id:
+            return E.invalid_request
+        meta = self._txns.get(transactional_id)
+        if meta is None:
+            return E.invalid_producer_id_mapping
+        error = _check_identity(meta, producer_id, producer_epoch)
+        if error is not None:
+            return error
+        if meta.state.is_prepare or meta.state is TxnState.PREPARE_EPOCH_FENCE:
+            return E.concurrent_transactions
+        wanted = set(partitions)
+        if not wanted or (meta.state is TxnState.ONGOING and wanted <= meta.partitions):
+            return E.none  # nothing new: no record
+        new = meta.copy()
+        if meta.state.is_idle:
+            new.txn_start_ms = now_ms  # a new transaction begins
+        new.transition(TxnState.ONGOING)
+        new.partitions |= wanted
+        new.txn_last_update_ms = now_ms
+        new.client_transaction_version = ctv
+        self._commit(new, transactional_id=transactional_id, now_ms=now_ms)
+        return E.none
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn with verifyOnly (KIP-890 part 1): is each partition in the open
+        transaction of this producer id and epoch? Writes nothing."""
+        if not transactional_id:
+            return dict.fromkeys(partitions, E.invalid_request)
+        meta = self._txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return dict.fromkeys(partitions, E.invalid_producer_id_mapping)
+        if meta.producer_epoch != producer_epoch:
+            return dict.fromkeys(partitions, E.producer_fenced)
+        ongoing = meta.state is TxnState.ONGOING
+        return {tp: E.none if ongoing and tp in meta.partitions else E.invalid_txn_state
+                for tp in partitions}
+
+    # -- EndTxn ---------------------------------------------------------------------------------
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                *, bump_epoch: bool, now_ms: int) -> EndResult:
+        """EndTxn. `bump_epoch` is KIP-890 part 2 (EndTxn v5+ with transaction.version >= 2): the
+        epoch is bumped with the decision and the answer carries the new producer id/epoch."""
+        if not transactional_id:
+            return EndResult(E.invalid_request)
+        meta = self._txns.get(transactional_id)
+        if meta is None:
+            return EndResult(E.invalid_producer_id_mapping)
+        state = meta.state
+        # A version-2 client retrying the EndTxn that bumped its epoch names the identity it had
+        # before; only the Prepare/Complete state that this EndTxn produced may match it.
+        retry = (bump_epoch and meta.client_transaction_version >= 2
+                 and (state.is_prepare or state.is_complete)
+                 and meta.last_producer_epoch >= 0
+                 and (producer_id, producer_epoch) == (meta.prev_producer_id,
+                                                       meta.last_producer_epoch))
+        if not retry:
+            error = _check_identity(meta, producer_id, producer_epoch)
+            if error is not None:
+                return EndResult(error)
+        if state is TxnState.ONGOING:
+            return self._end_ongoing(meta, commit, bump_epoch, now_ms)
+        if state is TxnState.PREPARE_EPOCH_FENCE:
+            return EndResult(E.concurrent_transactions)
+        if state.is_prepare:
+            same = (state is TxnState.PREPARE_COMMIT) == commit
+            return EndResult(E.concurrent_transactions if same else E.invalid_txn_state)
+        if state.is_complete:
+            same = (state is TxnState.COMPLETE_COMMIT) == commit
+            if same and (retry or not bump_epoch):
+                return EndResult(E.none, meta.producer_id, meta.producer_epoch)
+            if not commit and not retry and bump_epoch:
+                return self._end_empty_abort(meta, now_ms)
+            return EndResult(E.invalid_txn_state)
+        if state is TxnState.EMPTY and not commit and bump_epoch:
+            return self._end_empty_abort(meta, now_ms)
+        return EndResult(E.invalid_txn_state)
+
+    def _end_ongoing(self, meta: TxnMetadata, commit: bool, bump_epoch: bool,
+                     now_ms: int) -> EndResult:
+        new = meta.copy()
+        if bump_epoch:
+            self._bump_for_end(new)
+        else:
+            new.client_transaction_version = 0
+        markers = self._prepare_end(new, commit=commit, now_ms=now_ms)
+        log.info("event=txn_end transactional_id=%r producer_id=%d epoch=%d commit=%s "
+                 "partitions=%d", new.transactional_id, new.producer_id, new.producer_epoch,
+                 commit, len(new.partitions))
+        return self._end_answer(new, bump_epoch, markers)
+
+    def _end_empty_abort(self, meta: TxnMetadata, now_ms: int) -> EndResult:
+        """A version-2 client aborts a transaction that added nothing: bump, no markers."""
+        new = meta.copy()
+        new.partitions.clear()
+        self._bump_for_end(new)
+        self._prepare_end(new, commit=False, now_ms=now_ms)
+        return self._end_answer(new, True, None)
+
+    def _bump_for_end(self, new: TxnMetadata) -> None:
+        # KIP-890: Prepare is written with epoch + 1 (the markers carry it). When the epoch is
+        # exhausted the client gets NextProducerId with epoch 0 instead, once the markers are out.
+        if is_epoch_exhausted(new.producer_epoch):
+            new.next_producer_id = self.producer_ids.generate()
+        new.prev_producer_id = new.producer_id
+        new.last_producer_epoch = new.producer_epoch
+        new.producer_epoch = min(new.producer_epoch + 1, MAX_EPOCH)
+        new.client_transaction_version = 2
+
+    @staticmethod
+    def _end_answer(new: TxnMetadata, bump_epoch: bool, markers: TxnMarkers | None) -> EndResult:
+        if bump_epoch and new.next_producer_id != NO_PRODUCER_ID:
+            return EndResult(E.none, new.next_producer_id, 0, markers)
+        return EndResult(E.none, new.producer_id, new.producer_epoch, markers)
+
+    # -- markers, timers --------------------------------------------------------------------------
+
+    def markers_written(self, transactional_id: str, now_ms: int) -> tuple[int, int]:
+        """The broker wrote the markers of a PrepareX transaction: record CompleteX.
+
+        Returns the producer id and epoch now current (a new id after an epoch overflow). Calling
+        it again once complete is harmless."""
+        meta = self._txns.get(transactional_id)
+        if meta is None:
+            raise TxnStateError(f"markers written for unknown transactional id "
+                                f"{transactional_id!r}")
+        if meta.state.is_complete:
+            return meta.producer_id, meta.producer_epoch
+        if not meta.state.is_prepare:
+            raise TxnStateError(f"markers written for transactional id {transactional_id!r} in "
+                                f"state {meta.state.display_name}")
+        done = _completed(meta.copy(), now_ms)
+        self._commit(done, transactional_id=transactional_id, now_ms=now_ms)
+        log.info("event=txn_complete transactional_id=%r state=%s producer_id=%d epoch=%d",
+                 transactional_id, done.state.display_name, done.producer_id, done.producer_epoch)
+        return done.producer_id, done.producer_epoch
+
+    def tick(self, now_ms: int) -> list[TxnMarkers]:
+        """Abort timed-out transactions (fencing the producer) and expire idle transactional ids.
+
+        Returns the abort markers the broker must write (then `markers_written`)."""
+        markers: list[TxnMarkers] = []
+        expiration = self.config.transactional_id_expiration_ms
+        for txn_id, meta in sorted(self._txns.items()):
+            try:
+                if (meta.state is TxnState.ONGOING
+                        and now_ms > meta.txn_start_ms + meta.txn_timeout_ms):
+                    log.info("event=txn_timeout transactional_id=%r producer_id=%d epoch=%d "
+                             "started_ms=%d timeout_ms=%d", txn_id, meta.producer_id,
+                             meta.producer_epoch, meta.txn_start_ms, meta.txn_timeout_ms)
+                    m = self._fence_and_abort(meta, now_ms)
+                    if m is not None:
+                        markers.append(m)
+                elif meta.state.is_idle and now_ms - meta.txn_last_update_ms > expiration:
+                    meta.copy().transition(TxnState.DEAD)  # checks the transition
+                    self._commit(None, transactional_id=txn_id, now_ms=now_ms)
+                    log.info("event=txn_id_expired transactional_id=%r producer_id=%d", txn_id,
+                             meta.producer_id)
+            except (LogError, OSError) as e:
+                # Nothing changed in memory; the next tick tries again.
+                log.error("event=txn_tick_write_failed transactional_id=%r error=%r", txn_id,
+                          str(e))
+        return markers
+
+
+def _valid_producer_id(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """Kafka's isValidProducerId for InitProducerId with a producer id (KIP-360)."""
+    return (meta.producer_epoch == NO_PRODUCER_EPOCH  # just created: any id may recover
+            or producer_id == meta.producer_id
+            # a retry after the exhausted id was rotated
+            or (producer_id == meta.prev_producer_id and is_epoch_exhausted(producer_epoch)))
+
+
+def _check_identity(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> ErrorCode | None:
+    """KIP-98 steps 1-2 of AddPartitionsToTxn/AddOffsetsToTxn/EndTxn."""
+    if producer_id != meta.producer_id:
+        if (meta.state.is_prepare and producer_id == meta.next_producer_id
+                and producer_epoch == 0):
+            # A version-2 client already got the rotated id with its EndTxn answer while the
+            # markers are still being written: ask it to retry, as with the same id.
+            return E.concurrent_transactions
+        return E.invalid_producer_id_mapping
+    if producer_epoch != meta.producer_epoch:
+        return E.producer_fenced
+    return None
+
+
+def _completed(prepared: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """PrepareX -> CompleteX: partitions cleared; an overflowed id rotates to NextProducerId."""
+    done = prepared.copy()
+    done.transition(TxnState.COMPLETE_COMMIT if prepared.state is TxnState.PREPARE_COMMIT
+                    else TxnState.COMPLETE_ABORT)
+    done.partitions.clear()
+    done.txn_last_update_ms = now_ms
+    if done.next_producer_id != NO_PRODUCER_ID:
+        done.producer_id = done.next_producer_id
+        done.producer_epoch = 0
+        done.next_producer_id = NO_PRODUCER_ID
+    return done

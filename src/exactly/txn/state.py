@@ -1,0 +1,159 @@
+"""Transaction states and the per-transactional-id metadata (Kafka's TransactionMetadata)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from exactly.protocol.errors import ErrorCode
+
+MAX_EPOCH = 32767  # Short.MaxValue
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+TopicPartition = tuple[str, int]
+
+
+class TxnState(enum.IntEnum):
+    """Kafka's TransactionState, with its byte value in the transaction log."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def display_name(self) -> str:
+        """The name Kafka prints (DescribeTransactions, ListTransactions, kafka-transactions.sh)."""
+        return _NAMES[self]
+
+    @classmethod
+    def from_display_name(cls, name: str) -> TxnState | None:
+        return _BY_NAME.get(name)
+
+    @property
+    def is_prepare(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    @property
+    def is_complete(self) -> bool:
+        return self in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+    @property
+    def is_idle(self) -> bool:
+        """No transaction in progress: a new one may begin, the id may expire."""
+        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+_NAMES = {
+    TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing", TxnState.PREPARE_COMMIT: "PrepareCommit",
+    TxnState.PREPARE_ABORT: "PrepareAbort", TxnState.COMPLETE_COMMIT: "CompleteCommit",
+    TxnState.COMPLETE_ABORT: "CompleteAbort", TxnState.DEAD: "Dead",
+    TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+_BY_NAME = {name: state for state, name in _NAMES.items()}
+
+_S = TxnState
+# Kafka's validPreviousStates. PrepareAbort may also follow Empty/CompleteCommit/CompleteAbort:
+# Apache Kafka 4 allows that so a transaction-version-2 client can abort a transaction that never
+# added a partition (the epoch is still bumped).
+VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
+    _S.EMPTY: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
+    _S.ONGOING: frozenset({_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
+    _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),
+    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE, _S.EMPTY,
+                                 _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
+    _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),
+    _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),
+    _S.DEAD: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
+    _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING}),
+}
+
+
+class IllegalTransitionError(RuntimeError):
+    """A transition Kafka's state machine does not allow: a bug in the coordinator."""
+
+
+def is_epoch_exhausted(epoch: int) -> bool:
+    # Kafka keeps the last epoch (Short.MaxValue) for fencing: a producer never gets it.
+    return epoch >= MAX_EPOCH - 1
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    txn_timeout_ms: int
+    state: TxnState
+    txn_last_update_ms: int
+    txn_start_ms: int = -1
+    partitions: set[TopicPartition] = field(default_factory=set)
+    # The producer id the client used in its last EndTxn (transaction version 2) or, after an
+    # InitProducerId that rotated an exhausted id, the old id (a retry may still name it).
+    prev_producer_id: int = NO_PRODUCER_ID
+    # Set while a version-2 transaction ends with an exhausted epoch: the id the client gets.
+    next_producer_id: int = NO_PRODUCER_ID
+    # Not in the log (as in Kafka): the epoch a retried InitProducerId/EndTxn may still carry.
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    client_transaction_version: int = 0
+    # Room for KIP-939 (2PC): enable_2pc / keep_prepared_txn and a second, "ongoing" producer
+    # id/epoch pair will be added here as further fields with defaults (and tagged fields in the
+    # log value), leaving the rules above unchanged.
+
+    def copy(self) -> TxnMetadata:
+        return TxnMetadata(
+            self.transactional_id, self.producer_id, self.producer_epoch, self.txn_timeout_ms,
+            self.state, self.txn_last_update_ms, self.txn_start_ms, set(self.partitions),
+            self.prev_producer_id, self.next_producer_id, self.last_producer_epoch,
+            self.client_transaction_version)
+
+    def transition(self, new_state: TxnState) -> None:
+        if self.state not in VALID_PREVIOUS[new_state]:
+            raise IllegalTransitionError(
+                f"transactional id {self.transactional_id!r}: {self.state.display_name} -> "
+                f"{new_state.display_name} is not a valid transition")
+        self.state = new_state
+
+    def sorted_partitions(self) -> list[TopicPartition]:
+        return sorted(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnConfig:
+    num_partitions: int = 50  # transaction.state.log.num.partitions
+    max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
+    coordinator_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkers:
+    """Markers the broker must write now, then call `markers_written(transactional_id, now_ms)`."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    partitions: list[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    markers: TxnMarkers | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndResult:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    markers: TxnMarkers | None = None

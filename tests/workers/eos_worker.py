@@ -1,0 +1,50 @@
+"""A consume-transform-produce worker, exactly-once through Kafka transactions (confluent-kafka).
+
+Run as a separate process by the tests, which kill it with SIGKILL at random moments. It is
+crash-only: on any error it exits, and whoever restarts it relies on init_transactions() to fence
+and abort what its previous incarnation left open, and on the group's committed offsets to resume.
+
+    python eos_worker.py BOOTSTRAP GROUP TRANSACTIONAL_ID IN_TOPIC OUT_TOPIC [MAX_BATCH]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from confluent_kafka import Consumer, Producer
+
+
+def transform(value: bytes) -> bytes:
+    return b"out:" + value.upper()
+
+
+def main() -> None:
+    bootstrap, group, txn_id, in_topic, out_topic = sys.argv[1:6]
+    max_batch = int(sys.argv[6]) if len(sys.argv) > 6 else 50
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+        "session.timeout.ms": 2000, "heartbeat.interval.ms": 300,
+        "partition.assignment.strategy": "range",
+    })
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "transactional.id": txn_id,
+        "transaction.timeout.ms": 10000, "linger.ms": 1,
+    })
+    producer.init_transactions(60)
+    consumer.subscribe([in_topic])
+    print("ready", flush=True)
+    while True:
+        msgs = [m for m in consumer.consume(max_batch, 0.5) if m.error() is None]
+        if not msgs:
+            continue
+        producer.begin_transaction()
+        for m in msgs:
+            producer.produce(out_topic, key=m.key(), value=transform(m.value()))
+        positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+
+
+if __name__ == "__main__":
+    main()
