@@ -58,17 +58,18 @@ def _committed(bootstrap: str, topic: str, partitions: int) -> list[int]:
 
 def _wait_until_all_consumed(broker, workers, in_topic, partitions, ends, timeout=180.0):
     deadline = time.monotonic() + timeout
+    seen: object = None
     while time.monotonic() < deadline:
         for w in workers:
             w.ensure_running()
         try:
-            if _committed(broker.bootstrap, in_topic, partitions) == ends:
-                return
-        except Exception:  # noqa: BLE001 - the broker may be restarting
-            pass
+            seen = _committed(broker.bootstrap, in_topic, partitions)
+        except Exception as exc:  # noqa: BLE001 - the broker may still be starting
+            seen = exc
+        if seen == ends:
+            return
         time.sleep(0.5)
-    raise AssertionError(f"committed offsets {_committed(broker.bootstrap, in_topic, partitions)}"
-                         f" never reached {ends}")
+    raise AssertionError(f"committed offsets {seen} never reached {ends}")
 
 
 def _check_output(broker, values, out_topic, partitions):

@@ -130,7 +130,7 @@ def test_killed_producer_transaction_times_out_and_lso_moves_on(broker):
     assert read_all(broker.bootstrap, topic, idle=3.0) == ["after"]
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso-check",
                          "isolation.level": "read_committed"})
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
     consumer.close()
     assert high == 50 + 1 + 1 + 1  # 50 aborted records, their abort marker, 1 record, its marker
 

@@ -1,5 +1,7 @@
 """How Kafka places a coordinator key (group id, transactional id) on an internal topic."""
 
+from functools import lru_cache
+
 
 def java_string_hashcode(s: str) -> int:
     """Java's String.hashCode: 31-polynomial over UTF-16 code units, as a signed int32."""
@@ -10,6 +12,7 @@ def java_string_hashcode(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=65536)  # coordinators ask for the same few keys on every request
 def partition_for(key: str, num_partitions: int) -> int:
     """Kafka's `Utils.abs(key.hashCode) % partitionCount` (Utils.abs maps MIN_VALUE to 0)."""
     h = java_string_hashcode(key)

@@ -58,7 +58,7 @@ async def finish(broker: Broker, markers: TxnMarkers) -> tuple[int, int]:
                                partitions=markers.partitions)
     await broker.sync(written)
     result = broker.txn.markers_written(markers.transactional_id, broker.now_ms())
-    log.info("transaction %r of producer %d epoch %d %s in %d partition(s)",
+    log.debug("transaction %r of producer %d epoch %d %s in %d partition(s)",
              markers.transactional_id, markers.producer_id, markers.producer_epoch,
              "committed" if markers.commit else "aborted", len(markers.partitions))
     return result

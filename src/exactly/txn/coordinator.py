@@ -251,7 +251,7 @@ class TransactionCoordinator(CoordinatorBase):
         else:
             new.client_transaction_version = 0
         markers = self._prepare_end(new, commit=commit, now_ms=now_ms)
-        log.info("event=txn_end transactional_id=%r producer_id=%d epoch=%d commit=%s "
+        log.debug("event=txn_end transactional_id=%r producer_id=%d epoch=%d commit=%s "
                  "partitions=%d", new.transactional_id, new.producer_id, new.producer_epoch,
                  commit, len(new.partitions))
         return self._end_answer(new, bump_epoch, markers)
@@ -298,7 +298,7 @@ class TransactionCoordinator(CoordinatorBase):
                                 f"state {meta.state.display_name}")
         done = _completed(meta.copy(), now_ms)
         self._commit(done, transactional_id=transactional_id, now_ms=now_ms)
-        log.info("event=txn_complete transactional_id=%r state=%s producer_id=%d epoch=%d",
+        log.debug("event=txn_complete transactional_id=%r state=%s producer_id=%d epoch=%d",
                  transactional_id, done.state.display_name, done.producer_id, done.producer_epoch)
         return done.producer_id, done.producer_epoch
 

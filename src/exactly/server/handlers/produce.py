@@ -65,12 +65,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(responses=tuple(topic_responses), throttle_time=NO_THROTTLE)
 
 
-# Coordinator errors an older client would take as fatal although a retry or an abort fixes them
-# (KIP-890 "Old Clients"): sent as TRANSACTION_ABORTABLE where the version has it, else as
-# NOT_ENOUGH_REPLICAS with a message saying why.
+# Coordinator errors that a retry fixes, which some clients would take as fatal in a produce
+# response (KIP-890 "Old Clients"): sent as the retriable NOT_ENOUGH_REPLICAS with a message.
 _RETRIABLE = {ErrorCode.concurrent_transactions, ErrorCode.coordinator_not_available,
               ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress}
-TRANSACTION_ABORTABLE_SINCE = 11
+TRANSACTION_ABORTABLE_SINCE = 11  # Produce versions that know TRANSACTION_ABORTABLE
 IMPLICIT_ADD_SINCE = 12  # KIP-890 part 2: Produce adds the partition to the transaction
 
 
@@ -106,11 +105,11 @@ def _check_transaction(ctx: RequestContext, request: Any, plog: PartitionLog,
         return error, None
     message = f"transaction {txn_id!r} of producer {pid} epoch {epoch} cannot write to {tp[0]}-{tp[1]}: {error_name(error)}"
     if error in _RETRIABLE:
-        if ctx.api_version >= TRANSACTION_ABORTABLE_SINCE:
-            return ErrorCode.transaction_abortable, message
         return ErrorCode.not_enough_replicas, message
     if error == ErrorCode.producer_fenced:
         return ErrorCode.invalid_producer_epoch, message
+    if error == ErrorCode.transaction_abortable and ctx.api_version < TRANSACTION_ABORTABLE_SINCE:
+        return ErrorCode.invalid_txn_state, message
     return error, message
 
 
