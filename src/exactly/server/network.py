@@ -1,15 +1,18 @@
 """The asyncio network server: frames in, handlers, frames out in request order.
 
 Requests on one connection are pipelined: each is handed to its handler as soon as it is read,
-and responses are written in the order the requests arrived. Handlers start in arrival order, so
-a handler that changes state before its first `await` (Produce appends that way) keeps the
-client's order.
+and responses are written in the order the requests arrived. A handler runs inline until it
+finishes or first waits (most finish: their answer is written at once, without a task); one that
+waits goes on as a task. Handlers start in arrival order, so a handler that changes state before
+its first `await` (Produce appends that way) keeps the client's order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from exactly.protocol import framing
@@ -23,7 +26,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exactly.server")
 
-MAX_IN_FLIGHT = 64  # per connection; reading pauses beyond this
+MAX_IN_FLIGHT = 64  # answers waiting per connection; reading pauses beyond this
+MAX_WRITE_BUFFER = 4 * 1024 * 1024  # bytes not yet sent; reading pauses beyond this
+
+Frame = bytes | None  # None: a request answered by no response (Produce with acks=0)
 
 
 class Connection:
@@ -34,23 +40,21 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.client_host = peer[0] if isinstance(peer, tuple) else ""
-        self.responses: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
-        self._serving: asyncio.Task[None] | None = None
+        # Answers not written yet, in request order; the head may still be in the works.
+        self._pending: deque[asyncio.Future[Frame]] = deque()
+        self._room = asyncio.Event()
+        self._failed = False
 
     async def serve(self) -> None:
-        self._serving = asyncio.current_task()
-        sender = asyncio.create_task(self._send_loop())
         try:
             await self._read_loop()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
-            if not sender.done():
-                await self.responses.put(None)  # let the queued responses go out, then close
-                try:
-                    await sender
-                except (ConnectionError, asyncio.CancelledError):
-                    pass
+            # Let the answers still in the works go out, then close.
+            if self._pending and not self._failed:
+                await asyncio.wait(list(self._pending))
+                self._write_ready()
             self.writer.close()
             try:
                 await self.writer.wait_closed()
@@ -59,7 +63,14 @@ class Connection:
 
     async def _read_loop(self) -> None:
         max_bytes = self.broker.socket_request_max_bytes
-        while True:
+        transport = self.writer.transport
+        while not self._failed:
+            if len(self._pending) >= MAX_IN_FLIGHT:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            if transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
+                await self.writer.drain()
             try:
                 size_bytes = await self.reader.readexactly(4)
             except asyncio.IncompleteReadError as exc:
@@ -76,10 +87,10 @@ class Connection:
             except asyncio.IncompleteReadError as exc:
                 self._malformed(f"connection closed after {len(exc.partial)} of {size} frame bytes")
                 return
-            if not await self._dispatch(frame):
+            if not self._dispatch(frame):
                 return
 
-    async def _dispatch(self, frame: bytes) -> bool:
+    def _dispatch(self, frame: bytes) -> bool:
         """Start the request's handler; False when the connection must be closed."""
         try:
             api_key, api_version, correlation_id = framing.peek_header(frame)
@@ -91,7 +102,7 @@ class Connection:
                 # KIP-511: answer in v0 with the supported range so the client can pick a version.
                 response = api_versions_response(0, self.broker.finalized_features,
                                                  error_unsupported=True)
-                await self._queue_ready(framing.encode_response(api_key, 0, correlation_id, response))
+                self._answer(framing.encode_response(api_key, 0, correlation_id, response))
                 return True
             self._malformed(
                 f"unsupported API {api_name(api_key)} (key {api_key}) version {api_version}; "
@@ -103,14 +114,22 @@ class Connection:
         except MalformedRequest as exc:
             self._malformed(f"{exc} (frame starts {bytes(frame[:256]).hex()})")
             return False
-        handler = self.broker.handlers[api_key]
         ctx = RequestContext(self.broker, api_key, api_version, correlation_id,
                              header.client_id, self.client_host)
-        future: asyncio.Future[bytes | None] = asyncio.ensure_future(self._run(ctx, handler, request))
-        await self.responses.put(future)  # a full queue pauses reading: backpressure
+        coro = self._run(ctx, self.broker.handlers[api_key], request)
+        try:
+            waiting_on = coro.send(None)
+        except StopIteration as done:
+            self._answer(done.value)
+            return True
+        except Exception:  # noqa: BLE001 - logged by _run; the client can't match a lost answer
+            return False
+        future = asyncio.ensure_future(_go_on(coro, waiting_on))
+        self._pending.append(future)
+        future.add_done_callback(self._on_done)
         return True
 
-    async def _run(self, ctx: RequestContext, handler: Any, request: Any) -> bytes | None:
+    async def _run(self, ctx: RequestContext, handler: Any, request: Any) -> Frame:
         try:
             response = await handler(ctx, request)
         except Exception:
@@ -121,30 +140,54 @@ class Connection:
             return None
         return framing.encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, response)
 
-    async def _queue_ready(self, frame: bytes) -> None:
-        future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
-        future.set_result(frame)
-        await self.responses.put(future)
+    def _answer(self, frame: Frame) -> None:
+        if not self._pending:
+            if frame is not None:
+                self.writer.write(frame)
+            return
+        ready: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        ready.set_result(frame)  # after the earlier answers, which are still in the works
+        self._pending.append(ready)
+
+    def _on_done(self, _future: asyncio.Future[Frame]) -> None:
+        self._write_ready()
+        if len(self._pending) < MAX_IN_FLIGHT:
+            self._room.set()
+
+    def _write_ready(self) -> None:
+        """Write the answers at the head of the queue that are done, in order."""
+        while self._pending and self._pending[0].done():
+            future = self._pending.popleft()
+            if future.cancelled() or future.exception() is not None:
+                # The handler failed (logged by _run): close, as the answer can never come.
+                self._failed = True
+                self._pending.clear()
+                self.writer.transport.abort()
+                self._room.set()
+                return
+            frame = future.result()
+            if frame is not None and not self.writer.transport.is_closing():
+                self.writer.write(frame)
 
     def _malformed(self, reason: str) -> None:
         log.warning("closing connection %s: malformed request: %s", self.peer, reason)
 
-    async def _send_loop(self) -> None:
-        while True:
-            future = await self.responses.get()
-            if future is None:
-                return
+
+async def _go_on(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> Frame:
+    """Drive a handler that ran inline until it waited, as an asyncio Task would have."""
+    while True:
+        if waiting_on is None:  # a bare yield: asyncio.sleep(0)
+            await asyncio.sleep(0)
+        else:
+            waiting_on._asyncio_future_blocking = False
             try:
-                frame = await future
-            except Exception:  # noqa: BLE001 - logged by _run
-                # The handler failed: the client cannot match a missing answer, so close.
-                if self._serving is not None:
-                    self._serving.cancel()
-                return
-            if frame is not None:
-                self.writer.write(frame)
-                if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
-                    await self.writer.drain()
+                await waiting_on
+            except BaseException:  # noqa: BLE001, S110 - the handler sees it when resumed
+                pass
+        try:
+            waiting_on = coro.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 async def start_server(broker: Broker, host: str, port: int) -> asyncio.Server:
