@@ -1,0 +1,37 @@
+"""The API versions this client speaks, per API key. A connection uses the highest version both
+the client and the broker support; a broker that supports none of them gets a clear error."""
+
+from __future__ import annotations
+
+from exactly.protocol.apis import ApiKey
+
+# Fetch and Produce stop before the versions that name topics by id only; Produce 12 is the
+# KIP-890 version (implicit AddPartitionsToTxn with transaction.version 2).
+CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.PRODUCE: (3, 12),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.INIT_PRODUCER_ID: (0, 6),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
