@@ -15,7 +15,7 @@ COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
         if isinstance(value, bool):
-            raise ValueError("a number is needed, not a boolean")
+            raise TypeError("a number is needed, not a boolean")
         number = int(value)
         if lo is not None and number < lo:
             raise ValueError(f"must be at least {lo}")
