@@ -16,6 +16,7 @@ from exactly.groups import OFFSETS_TOPIC
 from exactly.log import PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.errors import ErrorCode, error_name
+from exactly.server.faults import fault_point
 
 if TYPE_CHECKING:
     from exactly.server.broker import Broker
@@ -53,10 +54,12 @@ def write_markers(broker: Broker, producer_id: int, producer_epoch: int, *, comm
 async def finish(broker: Broker, markers: TxnMarkers) -> tuple[int, int]:
     """Roll a prepared transaction forward; returns the producer id and epoch now current."""
     await broker.sync([broker.txn.log_for(markers.transactional_id)])
+    fault_point("txn.after_prepare")
     _, written = write_markers(broker, markers.producer_id, markers.producer_epoch,
                                commit=markers.commit, coordinator_epoch=markers.coordinator_epoch,
                                partitions=markers.partitions)
     await broker.sync(written)
+    fault_point("txn.after_markers")
     result = broker.txn.markers_written(markers.transactional_id, broker.now_ms())
     log.debug("transaction %r of producer %d epoch %d %s in %d partition(s)",
              markers.transactional_id, markers.producer_id, markers.producer_epoch,
