@@ -96,31 +96,57 @@ def test_confluent_second_instance_fences_the_first(broker):
     assert read_all(broker.bootstrap, topic) == ["alive"]
 
 
-KILLED_PRODUCER = textwrap.dedent("""
-    import sys, time
-    from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": "doomed",
-                  "transaction.timeout.ms": 2000})
-    p.init_transactions(30)
-    p.begin_transaction()
-    for i in range(50):
-        p.produce(sys.argv[2], value=f"open-{i}".encode())
-    p.flush(30)
-    print("written", flush=True)
-    time.sleep(600)
-""")
+# A producer that opens a transaction, writes 50 records and is then killed, in each client.
+KILLED_PRODUCER = {
+    "confluent-kafka": """
+        from confluent_kafka import Producer
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "doomed-ck",
+                      "transaction.timeout.ms": 2000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        for i in range(50):
+            p.produce(topic, value=f"open-{i}".encode())
+        p.flush(30)
+    """,
+    "kafka-python": """
+        from kafka import KafkaProducer
+        p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id="doomed-kp",
+                          transaction_timeout_ms=2000)
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(50):
+            p.send(topic, value=f"open-{i}".encode())
+        p.flush()
+    """,
+    "aiokafka": """
+        import asyncio
+        from aiokafka import AIOKafkaProducer
+        async def main():
+            p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="doomed-aio",
+                                 transaction_timeout_ms=2000)
+            await p.start()
+            await p.begin_transaction()
+            for i in range(50):
+                await p.send(topic, f"open-{i}".encode())
+            await p.flush()
+        asyncio.run(main())
+    """,
+}
 
 
-def test_killed_producer_transaction_times_out_and_lso_moves_on(broker):
-    topic = "tx-timeout"
+@pytest.mark.parametrize("client", sorted(KILLED_PRODUCER))
+def test_killed_producer_transaction_times_out_and_lso_moves_on(broker, client):
+    topic = f"tx-timeout-{client}"
     create_topic(broker.bootstrap, topic)
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_PRODUCER, broker.bootstrap, topic],
+    script = "import sys, time\nbootstrap, topic = sys.argv[1], sys.argv[2]\n" + \
+        textwrap.dedent(KILLED_PRODUCER[client]) + "\nprint('written', flush=True)\ntime.sleep(600)\n"
+    proc = subprocess.Popen([sys.executable, "-c", script, broker.bootstrap, topic],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "written"
     proc.kill()
     proc.wait()
 
-    later = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "survivor"})
+    later = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"survivor-{client}"})
     later.init_transactions(30)
     later.begin_transaction()
     later.produce(topic, value=b"after")
@@ -193,3 +219,53 @@ def test_aiokafka_transactions(broker):
         return got
 
     assert sorted(asyncio.run(scenario())) == sorted(f"keep-{i}" for i in range(50))
+
+
+def test_kafka_python_second_instance_fences_the_first(broker):
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError as KPError
+
+    topic = "tx-fence-kp"
+    create_topic(broker.bootstrap, topic)
+    first = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-fence")
+    first.init_transactions()
+    first.begin_transaction()
+    first.send(topic, b"zombie")
+    first.flush()
+    second = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-fence")
+    second.init_transactions()
+    second.begin_transaction()
+    second.send(topic, b"alive")
+    second.commit_transaction()
+    second.close()
+    with pytest.raises(KPError):
+        first.commit_transaction()
+    first.close(timeout=5)
+    assert read_all(broker.bootstrap, topic) == ["alive"]
+
+
+def test_aiokafka_second_instance_fences_the_first(broker):
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError as AIOError
+
+    topic = "tx-fence-aio"
+    create_topic(broker.bootstrap, topic)
+
+    async def scenario():
+        first = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-fence")
+        await first.start()
+        await first.begin_transaction()
+        await first.send_and_wait(topic, b"zombie")
+        second = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="aio-fence")
+        await second.start()
+        async with second.transaction():
+            await second.send_and_wait(topic, b"alive")
+        await second.stop()
+        try:
+            with pytest.raises(AIOError):
+                await first.commit_transaction()
+        finally:
+            await first.stop()
+
+    asyncio.run(scenario())
+    assert read_all(broker.bootstrap, topic) == ["alive"]

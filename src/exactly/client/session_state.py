@@ -1,0 +1,222 @@
+"""The TransactionSession's states and transitions (seed 004 §3.2, mapped from Kafka's
+TransactionManager), and what each coordinator error code means for the session. Sans-IO:
+plain method calls, no sockets, no asyncio.
+
+    UNINITIALIZED --initialize--> INITIALIZING --> READY (or PREPARED: KIP-939 keep_prepared_txn)
+    READY --begin--> IN_TRANSACTION --prepare--> PREPARED
+    IN_TRANSACTION | PREPARED --commit--> COMMITTING --> READY
+    IN_TRANSACTION | PREPARED | ABORTABLE_ERROR --abort--> ABORTING --> READY
+    any error that only an abort can clear --> ABORTABLE_ERROR; fenced or fatal --> FATAL_ERROR
+"""
+
+from __future__ import annotations
+
+import enum
+
+from exactly.client.errors import (
+    IllegalStateError,
+    KafkaError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionError,
+    TransactionFatalError,
+)
+from exactly.protocol.errors import ErrorCode, error_name
+
+
+class State(enum.Enum):
+    UNINITIALIZED = "UNINITIALIZED"
+    INITIALIZING = "INITIALIZING"
+    READY = "READY"
+    IN_TRANSACTION = "IN_TRANSACTION"
+    PREPARED = "PREPARED"
+    COMMITTING = "COMMITTING"
+    ABORTING = "ABORTING"
+    ABORTABLE_ERROR = "ABORTABLE_ERROR"
+    FATAL_ERROR = "FATAL_ERROR"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+S = State
+
+# call -> (states it may be made in, state it moves to; None: stays). Retrying a call that timed
+# out is allowed from the state the first attempt left behind (INITIALIZING, COMMITTING, ABORTING).
+CALLS: dict[str, tuple[frozenset[State], State | None]] = {
+    "initialize": (frozenset({S.UNINITIALIZED, S.INITIALIZING}), S.INITIALIZING),
+    "begin_transaction": (frozenset({S.READY}), S.IN_TRANSACTION),
+    "add_partitions_to_transaction": (frozenset({S.IN_TRANSACTION}), None),
+    "ensure_partitions": (frozenset({S.IN_TRANSACTION}), None),
+    "send_offsets_to_transaction": (frozenset({S.IN_TRANSACTION}), None),
+    "prepare_transaction": (frozenset({S.IN_TRANSACTION}), S.PREPARED),
+    "commit_transaction": (frozenset({S.IN_TRANSACTION, S.PREPARED, S.COMMITTING}), S.COMMITTING),
+    "abort_transaction": (frozenset({S.IN_TRANSACTION, S.PREPARED, S.ABORTABLE_ERROR, S.ABORTING}),
+                          S.ABORTING),
+    "complete_transaction": (frozenset({S.PREPARED}), None),
+    "heartbeat": (frozenset({S.READY, S.IN_TRANSACTION, S.PREPARED, S.COMMITTING, S.ABORTING,
+                             S.ABORTABLE_ERROR}), None),
+}
+
+# Completions of the calls above, made by the session once the coordinator answered.
+EVENTS: dict[str, tuple[frozenset[State], State]] = {
+    "initialized": (frozenset({S.INITIALIZING}), S.READY),
+    "initialized_prepared": (frozenset({S.INITIALIZING}), S.PREPARED),
+    "ended": (frozenset({S.COMMITTING, S.ABORTING}), S.READY),
+}
+
+_HINTS = {
+    S.UNINITIALIZED: "call initialize() first",
+    S.INITIALIZING: "initialize() has not finished; call it again",
+    S.READY: "no transaction is open: call begin_transaction() first",
+    S.IN_TRANSACTION: "a transaction is open: commit or abort it first",
+    S.PREPARED: "the transaction is prepared: only commit_transaction(), abort_transaction() "
+                "or complete_transaction() may follow",
+    S.COMMITTING: "a commit is under way: call commit_transaction() again to finish it",
+    S.ABORTING: "an abort is under way: call abort_transaction() again to finish it",
+    S.ABORTABLE_ERROR: "the transaction failed and can only be aborted: call abort_transaction()",
+    S.FATAL_ERROR: "the session cannot be used any more: close it",
+}
+
+
+class AbortableStateError(IllegalStateError, TransactionAbortableError):
+    """A call made in ABORTABLE_ERROR: both an illegal call and a reason to abort."""
+
+
+class FencedStateError(IllegalStateError, ProducerFencedError):
+    """A call made in FATAL_ERROR after this session was fenced."""
+
+
+class FatalStateError(IllegalStateError, TransactionFatalError):
+    """A call made in FATAL_ERROR after a fatal error."""
+
+
+class SessionStateMachine:
+    def __init__(self, state: State = S.UNINITIALIZED) -> None:
+        self.state = state
+        self.closed = False
+        self.last_error: KafkaError | None = None
+
+    def illegal(self, call: str) -> IllegalStateError:
+        """The error for `call` made in the current state: names the state, the call, what to do."""
+        if self.closed:
+            return IllegalStateError(f"cannot call {call}(): the session is closed")
+        message = f"cannot call {call}() in state {self.state}: {_HINTS[self.state]}"
+        cause = self.last_error
+        if cause is not None:
+            message += f" (cause: {cause})"
+        if self.state is S.ABORTABLE_ERROR:
+            return AbortableStateError(message, cause.code if cause else -1)
+        if self.state is S.FATAL_ERROR:
+            kind = FencedStateError if isinstance(cause, ProducerFencedError) else FatalStateError
+            return kind(message, cause.code if cause else -1)
+        return IllegalStateError(message)
+
+    def check(self, call: str, *, also: frozenset[State] = frozenset()) -> None:
+        """Raise if `call` is not allowed now (`also`: states the caller allows in addition)."""
+        allowed, _ = CALLS[call]
+        if self.closed or (self.state not in allowed and self.state not in also):
+            raise self.illegal(call)
+
+    def start(self, call: str, *, also: frozenset[State] = frozenset()) -> State:
+        """Check `call` and make its transition; returns the state it was made in."""
+        self.check(call, also=also)
+        before = self.state
+        target = CALLS[call][1]
+        if target is not None:
+            self.state = target
+        return before
+
+    def finish(self, event: str) -> None:
+        sources, target = EVENTS[event]
+        if self.state not in sources:
+            raise IllegalStateError(f"{event} in state {self.state}")  # a bug in the session
+        self.state = target
+        self.last_error = None
+
+    def fail(self, error: KafkaError) -> None:
+        """An error answered for this session: fenced and fatal ones end it, others make the
+        transaction abortable. During an abort the transaction is being ended anyway."""
+        if self.state is S.FATAL_ERROR:
+            return
+        if isinstance(error, ProducerFencedError | TransactionFatalError):
+            self.state, self.last_error = S.FATAL_ERROR, error
+        elif self.state in (S.IN_TRANSACTION, S.PREPARED, S.COMMITTING, S.ABORTABLE_ERROR):
+            self.state, self.last_error = S.ABORTABLE_ERROR, error
+        elif self.state is S.INITIALIZING:
+            self.state, self.last_error = S.FATAL_ERROR, error
+
+
+# -- coordinator error codes -----------------------------------------------------------------
+
+class Kind(enum.Enum):
+    NONE = "none"
+    RETRY = "retry"                 # same request again after retry.backoff.ms
+    REDISCOVER = "rediscover"       # find the coordinator again, then retry
+    FENCED = "fenced"
+    ABORTABLE = "abortable"
+    FATAL = "fatal"
+
+
+_REDISCOVER = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
+_FENCED = {ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch}
+_ABORTABLE = {
+    ErrorCode.transaction_abortable, ErrorCode.topic_authorization_failed,
+    ErrorCode.group_authorization_failed, ErrorCode.unknown_producer_id,
+    ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.fenced_instance_id,
+}
+# Calls that add to the open transaction: a producer id the coordinator does not map (KIP-360)
+# can be cleared by aborting. Ending a transaction with such an id cannot.
+_ADDING = {"AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit"}
+
+
+def classify(code: int, api: str, *, resumed: bool = False) -> Kind:
+    if code == ErrorCode.none:
+        return Kind.NONE
+    if code in _REDISCOVER:
+        return Kind.REDISCOVER
+    if code in _FENCED:
+        return Kind.FENCED
+    if code in _ABORTABLE:
+        return Kind.ABORTABLE
+    if code == ErrorCode.invalid_producer_id_mapping:
+        return Kind.ABORTABLE if api in _ADDING and not resumed else Kind.FATAL
+    try:
+        retriable = bool(ErrorCode(code).retriable)
+    except ValueError:
+        retriable = False
+    if retriable or code in (ErrorCode.concurrent_transactions, ErrorCode.operation_not_attempted):
+        return Kind.RETRY
+    return Kind.FATAL
+
+
+_ADVICE: dict[int, str] = {
+    ErrorCode.transactional_id_authorization_failed:
+        "the principal needs WRITE on the transactional id (and, for two-phase commit, "
+        "TWO_PHASE_COMMIT, with transaction.two.phase.commit.enable=true on the broker)",
+    ErrorCode.invalid_txn_state:
+        "the coordinator's transaction is not in a state that allows this call",
+    ErrorCode.invalid_producer_id_mapping:
+        "the coordinator does not map this producer id to the transactional id: the transaction "
+        "was ended or taken over by another session",
+    ErrorCode.invalid_transaction_timeout:
+        "transaction.timeout.ms is larger than the broker's transaction.max.timeout.ms",
+}
+
+
+def error_for(code: int, api: str, *, transactional_id: str, producer_id: int, epoch: int,
+              resumed: bool = False) -> TransactionError:
+    """The exception a final error code of a transaction RPC stands for."""
+    kind = classify(code, api, resumed=resumed)
+    where = (f"transactional id {transactional_id!r} (producer id {producer_id}, epoch {epoch}): "
+             f"{api} failed with {error_name(code)}")
+    if kind is Kind.FENCED:
+        return ProducerFencedError(f"{where}; a newer session with the same transactional id "
+                                   "took over (or the coordinator aborted the transaction): "
+                                   "close this session", code)
+    advice = _ADVICE.get(code)
+    detail = f" ({advice})" if advice else ""
+    if kind is Kind.ABORTABLE:
+        return TransactionAbortableError(f"{where}{detail}; abort the transaction and begin a "
+                                         "new one", code)
+    return TransactionFatalError(f"{where}{detail}; close the session", code)
