@@ -12,15 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from exactly.log.internal_topic import InternalTopic
 from exactly.log.markers import parse_marker
-from exactly.protocol.partitioning import partition_for
 from exactly.protocol.records import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     Record,
     build_batch,
     decode_records,
-    iter_batches,
 )
 
 if TYPE_CHECKING:
@@ -28,12 +27,6 @@ if TYPE_CHECKING:
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
-# The log layer applies time retention to every topic; Kafka keeps this topic forever through
-# compaction, so retention is turned off here (offsets expire by the coordinator's own rule).
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1",
-                         "segment.bytes": "104857600"}  # as Kafka: offsets.topic.segment.bytes
-
-_READ_BYTES = 1024 * 1024
 
 log = logging.getLogger("exactly.groups")
 
@@ -58,25 +51,15 @@ class Appended:
 
 class OffsetsLog:
     def __init__(self, logs: LogManager, num_partitions: int) -> None:
-        from exactly.log.errors import TopicAlreadyExistsError
-
         self.logs = logs
-        info = logs.topic(OFFSETS_TOPIC)
-        if info is None:
-            try:
-                info = logs.create_topic(OFFSETS_TOPIC, num_partitions, dict(OFFSETS_TOPIC_CONFIGS),
-                                         internal=True)
-            except TopicAlreadyExistsError:
-                info = logs.topic(OFFSETS_TOPIC)
-                assert info is not None
-        # An existing topic keeps its partition count: group placement must not move.
-        self.num_partitions = info.num_partitions
+        self.topic = InternalTopic(logs, OFFSETS_TOPIC, num_partitions)
+        self.num_partitions = self.topic.num_partitions
 
     def partition(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+        return self.topic.partition(group_id)
 
     def log_for(self, group_id: str) -> PartitionLog:
-        return self.logs.get_log(OFFSETS_TOPIC, self.partition(group_id))
+        return self.topic.log_for(group_id)
 
     def append(self, group_id: str, records: list[Record], now_ms: int, *,
                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
@@ -99,30 +82,14 @@ class OffsetsLog:
 
     def replay(self) -> Iterator[ReplayedBatch]:
         """Every batch of every partition, in offset order per partition."""
-        for partition in range(self.num_partitions):
-            plog = self.logs.get_log(OFFSETS_TOPIC, partition)
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                data = plog.read(offset, _READ_BYTES)
-                if not data:
-                    log.error("replay of %s-%d read nothing at offset %d of %d", OFFSETS_TOPIC,
-                              partition, offset, plog.log_end_offset)
-                    break
-                start = offset
-                for batch in iter_batches(data):
-                    offset = batch.next_offset
-                    if batch.is_control:
-                        parsed = parse_marker(batch)
-                        if parsed is not None:
-                            yield ReplayedBatch(partition, batch.producer_id, True,
-                                                parsed.commit, [])
-                        continue
-                    yield ReplayedBatch(partition, batch.producer_id, batch.is_transactional,
-                                        None, decode_records(batch))
-                if offset <= start:  # no progress: never spin on a malformed read
-                    log.warning("replay of %s-%d stopped at offset %d", OFFSETS_TOPIC, partition,
-                                offset)
-                    break
+        for partition, batch in self.topic.batches():
+            if batch.is_control:
+                parsed = parse_marker(batch)
+                if parsed is not None:
+                    yield ReplayedBatch(partition, batch.producer_id, True, parsed.commit, [])
+                continue
+            yield ReplayedBatch(partition, batch.producer_id, batch.is_transactional, None,
+                                decode_records(batch))
 
 
 def _next_sequence(plog: PartitionLog, producer_id: int, producer_epoch: int) -> int:

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from exactly.protocol.partitioning import partition_for
-from exactly.protocol.records import Record, build_batch, decode_records, iter_batches
+from exactly.log.internal_topic import InternalTopic
+from exactly.protocol.records import Record, build_batch, decode_records
 from exactly.txn.codec import TxnLogValue, encode_key, encode_value
 from exactly.txn.state import MAX_EPOCH, TxnMetadata, TxnState
 
@@ -21,12 +21,6 @@ if TYPE_CHECKING:
 
 TXN_TOPIC = "__transaction_state"
 
-# Kafka keeps this topic forever through compaction; the log layer's time retention is turned off
-# (ids expire by the coordinator's own rule, with tombstones).
-TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1",
-                     "segment.bytes": "104857600"}  # transaction.state.log.segment.bytes
-
-_READ_BYTES = 1024 * 1024
 
 log = logging.getLogger("exactly.txn")
 
@@ -64,25 +58,14 @@ def from_value(transactional_id: str, v: TxnLogValue) -> TxnMetadata:
 
 class TxnLog:
     def __init__(self, logs: LogManager, num_partitions: int) -> None:
-        from exactly.log.errors import TopicAlreadyExistsError
-
-        self.logs = logs
-        info = logs.topic(TXN_TOPIC)
-        if info is None:
-            try:
-                info = logs.create_topic(TXN_TOPIC, num_partitions, dict(TXN_TOPIC_CONFIGS),
-                                         internal=True)
-            except TopicAlreadyExistsError:
-                info = logs.topic(TXN_TOPIC)
-                assert info is not None
-        # An existing topic keeps its partition count: transactional ids must not move.
-        self.num_partitions = info.num_partitions
+        self.topic = InternalTopic(logs, TXN_TOPIC, num_partitions)
+        self.num_partitions = self.topic.num_partitions
 
     def partition(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.num_partitions)
+        return self.topic.partition(transactional_id)
 
     def log_for(self, transactional_id: str) -> PartitionLog:
-        return self.logs.get_log(TXN_TOPIC, self.partition(transactional_id))
+        return self.topic.log_for(transactional_id)
 
     def write(self, transactional_id: str, values: list[TxnMetadata | None],
               now_ms: int) -> None:
@@ -94,22 +77,6 @@ class TxnLog:
 
     def replay(self) -> Iterator[Record]:
         """Every record of every partition, in offset order per partition."""
-        for partition in range(self.num_partitions):
-            plog = self.logs.get_log(TXN_TOPIC, partition)
-            offset = plog.log_start_offset
-            while offset < plog.log_end_offset:
-                data = plog.read(offset, _READ_BYTES)
-                if not data:
-                    log.error("replay of %s-%d read nothing at offset %d of %d", TXN_TOPIC,
-                              partition, offset, plog.log_end_offset)
-                    break
-                start = offset
-                for batch in iter_batches(data):
-                    offset = batch.next_offset
-                    if batch.is_control:
-                        continue
-                    yield from decode_records(batch)
-                if offset <= start:  # no progress: never spin on a malformed read
-                    log.warning("replay of %s-%d stopped at offset %d", TXN_TOPIC, partition,
-                                offset)
-                    break
+        for _partition, batch in self.topic.batches():
+            if not batch.is_control:
+                yield from decode_records(batch)

@@ -1,0 +1,64 @@
+"""An internal topic that a coordinator keeps its state in (`__consumer_offsets`,
+`__transaction_state`): records keyed by a coordinator key, placed as Kafka places them, read
+back whole on start."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from exactly.log.errors import TopicAlreadyExistsError
+from exactly.log.manager import LogManager
+from exactly.log.partition import PartitionLog
+from exactly.protocol.partitioning import partition_for
+from exactly.protocol.records import RecordBatchHeader, iter_batches
+
+log = logging.getLogger("exactly.log")
+
+# Kafka keeps these topics forever through compaction; the log's time retention is turned off
+# (the coordinators expire their entries by their own rules, with tombstones).
+INTERNAL_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1",
+                          "segment.bytes": "104857600"}
+_READ_BYTES = 1024 * 1024
+
+
+class InternalTopic:
+    def __init__(self, logs: LogManager, name: str, num_partitions: int) -> None:
+        self.logs = logs
+        self.name = name
+        info = logs.topic(name)
+        if info is None:
+            try:
+                info = logs.create_topic(name, num_partitions, dict(INTERNAL_TOPIC_CONFIGS),
+                                         internal=True)
+            except TopicAlreadyExistsError:
+                info = logs.topic(name)
+                assert info is not None
+        # An existing topic keeps its partition count: keys must not move to other partitions.
+        self.num_partitions = info.num_partitions
+
+    def partition(self, key: str) -> int:
+        return partition_for(key, self.num_partitions)
+
+    def log_for(self, key: str) -> PartitionLog:
+        return self.logs.get_log(self.name, self.partition(key))
+
+    def batches(self) -> Iterator[tuple[int, RecordBatchHeader]]:
+        """(partition, batch) for every stored batch, markers included, in offset order."""
+        for partition in range(self.num_partitions):
+            plog = self.logs.get_log(self.name, partition)
+            offset = plog.log_start_offset
+            while offset < plog.log_end_offset:
+                data = plog.read(offset, _READ_BYTES)
+                if not data:
+                    log.error("replay of %s-%d read nothing at offset %d of %d", self.name,
+                              partition, offset, plog.log_end_offset)
+                    break
+                start = offset
+                for batch in iter_batches(data):
+                    offset = batch.next_offset
+                    yield partition, batch
+                if offset <= start:  # no progress: never spin on a malformed read
+                    log.warning("replay of %s-%d stopped at offset %d", self.name, partition,
+                                offset)
+                    break
