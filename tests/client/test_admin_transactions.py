@@ -78,14 +78,21 @@ def test_open_then_committed_transaction(exactly_broker, admin):
     assert "__transaction_state" not in admin.list_topics()
 
 
-def test_unknown_ids_and_partitions_fail_per_item(admin):
+def test_unknown_partition_fails_per_item(admin):
+    with pytest.raises(AdminError) as caught:
+        admin.describe_producers([(TOPIC, 0), (TOPIC, 7)])
+    assert caught.value.name == "UNKNOWN_TOPIC_OR_PARTITION" and f"{TOPIC}-7" in str(caught.value)
+    assert set(caught.value.errors) == {(TOPIC, 7)}
+
+
+def test_describe_unknown_and_empty_transactions(exactly_broker, admin):
+    producer = _txn_producer(exactly_broker.bootstrap, "adm-empty")  # initialized, never begun
+    assert admin.describe_transactions(["adm-empty"])["adm-empty"].start_time_ms == -1
+    del producer
     with pytest.raises(AdminError) as caught:
         admin.describe_transactions(["adm-no-such-txn"])
     assert caught.value.name == "TRANSACTIONAL_ID_NOT_FOUND"
     assert "adm-no-such-txn" in str(caught.value)
-    with pytest.raises(AdminError) as caught:
-        admin.describe_producers([(TOPIC, 7)])
-    assert caught.value.name == "UNKNOWN_TOPIC_OR_PARTITION" and f"{TOPIC}-7" in str(caught.value)
 
 
 # -- a hanging transaction ---------------------------------------------------------------------

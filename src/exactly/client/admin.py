@@ -136,8 +136,9 @@ def _raise_failures(failures: Mapping[Any, KafkaError]) -> None:
 def _ms(value: datetime.timedelta | datetime.datetime | int) -> int:
     if isinstance(value, datetime.timedelta):
         return round(value.total_seconds() * 1000)
-    if isinstance(value, datetime.datetime):
-        return max(round(value.timestamp() * 1000), -1)
+    if isinstance(value, datetime.datetime):  # at or before the epoch: Kafka's -1, "none"
+        ms = round(value.timestamp() * 1000)
+        return ms if ms > 0 else -1
     return int(value)
 
 
@@ -345,35 +346,38 @@ class AsyncAdmin:
         _raise_failures(failures)
         return out
 
-    async def _by_leader(self, partitions: Iterable[TopicPartition]
-                         ) -> list[tuple[BrokerConnection, dict[str, list[int]]]]:
+    async def _by_leader(self, partitions: Iterable[TopicPartition], what: str
+                         ) -> tuple[list[tuple[BrokerConnection, dict[str, list[int]]]],
+                                    dict[TopicPartition, KafkaError]]:
+        """Partitions grouped by leader (from fresh metadata that never creates a topic), and
+        the partitions that have none."""
         wanted = list(dict.fromkeys(partitions))
+        md = await self.cluster.refresh(sorted({t for t, _ in wanted}), allow_auto_create=False)
         groups: dict[int, tuple[BrokerConnection, list[TopicPartition]]] = {}
+        failures: dict[TopicPartition, KafkaError] = {}
         for topic, partition in wanted:
-            conn = await self._leader(topic, partition)
-            groups.setdefault(id(conn), (conn, []))[1].append((topic, partition))
-        return [(conn, _by_topic(tps)) for conn, tps in groups.values()]
-
-    async def _leader(self, topic: str, partition: int) -> BrokerConnection:
-        """The partition's leader, from fresh metadata that never creates the topic."""
-        md = (await self.cluster.refresh([topic], allow_auto_create=False)).topics.get(topic)
-        code = ErrorCode.unknown_topic_or_partition if md is None else md.error
-        if md is not None and code == ErrorCode.none:
-            leader = md.partitions.get(partition)
-            if leader is None:
-                code = ErrorCode.unknown_topic_or_partition
-            elif leader < 0:
+            info = md.topics.get(topic)
+            leader = -1 if info is None or info.error else info.partitions.get(partition, -1)
+            if leader >= 0:
+                conn = await self.cluster.connection(leader)
+                groups.setdefault(leader, (conn, []))[1].append((topic, partition))
+                continue
+            if info is not None and info.error:
+                code = int(info.error)
+            elif info is not None and partition in info.partitions:
                 code = ErrorCode.leader_not_available
             else:
-                return await self.cluster.connection(leader)
-        raise KafkaError(f"{topic}-{partition}: {error_name(code)}", int(code))
+                code = ErrorCode.unknown_topic_or_partition
+            failures[(topic, partition)] = KafkaError(
+                f"{what} {topic}-{partition}: {error_name(code)}", code)
+        return [(conn, _by_topic(tps)) for conn, tps in groups.values()], failures
 
     async def describe_producers(self, partitions: Iterable[TopicPartition]
                                  ) -> dict[TopicPartition, list[ProducerState]]:
         """The active producers of each partition, as its leader's log knows them."""
         out: dict[TopicPartition, list[ProducerState]] = {}
-        failures: dict[TopicPartition, KafkaError] = {}
-        for conn, topics in await self._by_leader(partitions):
+        leaders, failures = await self._by_leader(partitions, "describe producers of")
+        for conn, topics in leaders:
             m = request_module(conn, ApiKey.DESCRIBE_PRODUCERS)
             response = await conn.send(make_request(conn, ApiKey.DESCRIBE_PRODUCERS, topics=tuple(
                 build(m.TopicRequest, name=t, partition_indexes=tuple(ps)) for t, ps in topics.items())))
@@ -396,7 +400,10 @@ class AsyncAdmin:
         """End a hanging transaction on one partition: write its ABORT marker there (sent to the
         partition's leader, as Kafka's Admin.abortTransaction does). Take the producer id, epoch
         and coordinator epoch from describe_producers."""
-        conn = await self._leader(topic, partition)
+        what = f"abort transaction of producer {producer_id} on"
+        leaders, failures = await self._by_leader([(topic, partition)], what)
+        _raise_failures(failures)
+        ((conn, _),) = leaders
         m = request_module(conn, ApiKey.WRITE_TXN_MARKERS)
         marker = build(m.WritableTxnMarker, producer_id=producer_id, producer_epoch=producer_epoch,
                        transaction_result=False, coordinator_epoch=coordinator_epoch,
@@ -405,8 +412,7 @@ class AsyncAdmin:
         response = await conn.send(make_request(conn, ApiKey.WRITE_TXN_MARKERS, markers=(marker,)))
         failures = {(t.name, p.partition_index): e
                     for r in response.markers for t in r.topics for p in t.partitions
-                    if (e := _item_error(f"abort transaction of producer {producer_id} on "
-                                         f"{t.name}-{p.partition_index}", p.error_code))}
+                    if (e := _item_error(f"{what} {t.name}-{p.partition_index}", p.error_code))}
         _raise_failures(failures)
 
     async def close(self) -> None:

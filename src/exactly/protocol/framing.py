@@ -168,6 +168,35 @@ def encode_request(header: RequestHeader, request: Any) -> bytes:
     return out
 
 
+def _clamp_start_times(frame: bytes | memoryview, pos: int) -> bytes:
+    """DescribeTransactions v0 with negative start times (-1: none) raised to 0.
+
+    Brokers, Kafka's included, send -1 for an Empty or unknown transaction, and kio's datetime
+    decoder refuses negative timestamps; 0 reads back as "no start time".
+    """
+    out = bytearray(frame)
+    pos += 4  # throttle_time_ms
+    count, pos = _read_uvarint(out, pos)
+    for _ in range(max(count - 1, 0)):
+        pos += 2  # error_code
+        for _ in range(2):  # transactional_id, transaction_state: compact strings
+            size, pos = _read_uvarint(out, pos)
+            pos += max(size - 1, 0)
+        pos += 4  # transaction_timeout_ms
+        if struct.unpack_from(">q", out, pos)[0] < 0:
+            struct.pack_into(">q", out, pos, 0)
+        pos += 8 + 8 + 2  # start time, producer id, producer epoch
+        topics, pos = _read_uvarint(out, pos)
+        for _ in range(max(topics - 1, 0)):
+            size, pos = _read_uvarint(out, pos)
+            pos += max(size - 1, 0)
+            partitions, pos = _read_uvarint(out, pos)
+            pos += 4 * max(partitions - 1, 0)
+            pos = _read_tagged_fields(out, pos)
+        pos = _read_tagged_fields(out, pos)
+    return bytes(out)
+
+
 def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     """Correlation id and entity of a response frame without its size prefix."""
     (correlation_id,) = struct.unpack_from(">i", frame, 0)
@@ -175,6 +204,8 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -
     cls = response_class(api_key, api_version)
     if _flexible(cls) and api_key != ApiKey.API_VERSIONS:
         pos = _read_tagged_fields(frame, pos)
+    if api_key == ApiKey.DESCRIBE_TRANSACTIONS:
+        frame = _clamp_start_times(frame, pos)
     response: Any
     response, _size = entity_reader(cls)(frame, pos)
     return correlation_id, response
