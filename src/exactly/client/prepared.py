@@ -14,7 +14,7 @@ _MAX_EPOCH = (1 << 15) - 1
 class PreparedTxnState:
     """`PreparedTxnState("42:7")`, `str(state) == "42:7"`; `PreparedTxnState()` is no transaction."""
 
-    __slots__ = ("_producer_id", "_epoch")
+    __slots__ = ("_epoch", "_producer_id")
 
     def __init__(self, text: str = "") -> None:
         if not isinstance(text, str):

@@ -12,6 +12,8 @@ plain method calls, no sockets, no asyncio.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 from exactly.client.errors import (
     IllegalStateError,
@@ -215,8 +217,26 @@ def error_for(code: int, api: str, *, transactional_id: str, producer_id: int, e
                                    "took over (or the coordinator aborted the transaction): "
                                    "close this session", code)
     advice = _ADVICE.get(code)
+    if resumed and code == ErrorCode.invalid_txn_state:
+        advice = ("the transaction of this producer id and epoch was already ended with the "
+                  "other outcome, or never began")
     detail = f" ({advice})" if advice else ""
     if kind is Kind.ABORTABLE:
         return TransactionAbortableError(f"{where}{detail}; abort the transaction and begin a "
                                          "new one", code)
     return TransactionFatalError(f"{where}{detail}; close the session", code)
+
+
+def first_error(codes: Mapping[Any, int], pending: set[Any] | dict[Any, Any], api: str,
+                resumed: bool) -> int:
+    """Drop what succeeded from `pending`; the error to act on: a final one before a retriable."""
+    for key, code in codes.items():
+        if code == ErrorCode.none and key in pending:
+            if isinstance(pending, set):
+                pending.discard(key)
+            else:
+                pending.pop(key)
+    errors = [c for c in codes.values() if c != ErrorCode.none]
+    final = [c for c in errors if classify(c, api, resumed=resumed)
+             not in (Kind.RETRY, Kind.REDISCOVER)]
+    return (final or errors or [ErrorCode.none])[0]
