@@ -74,6 +74,10 @@ class Cluster:
 
     async def any_connection(self) -> BrokerConnection:
         """A live connection to some broker (a known one, else a bootstrap server)."""
+        async with self._lock:  # concurrent first uses share one bootstrap connection
+            return await self._any_connection()
+
+    async def _any_connection(self) -> BrokerConnection:
         for conn in self._connections.values():
             if not conn.closed:
                 return conn

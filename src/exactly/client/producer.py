@@ -1,0 +1,421 @@
+"""The Producer: `send` batches records per partition (linger.ms / batch.size), a sender task
+ships ready batches to partition leaders, up to max.in.flight requests per broker, and resolves
+each batch's records at once.
+
+Idempotence (on by default, with acks=all): the producer gets a producer id (InitProducerId
+without a transactional id), numbers each partition's batches, and resends a failed batch with the
+same bytes and sequence, so the broker writes it at most once (DUPLICATE_SEQUENCE_NUMBER counts
+as success). A resend waits until nothing of its partition is on the wire; batches behind it that
+the broker refused as out of order follow it, in sequence order. A batch the broker refused for
+good (too large, invalid) gives its sequence numbers back to the batches behind it, as the Java
+client does; when the sequence state itself is lost (UNKNOWN_PRODUCER_ID, an out-of-order
+answer for the next expected batch, a batch that may have been written but timed out), the
+idempotent producer fails what is affected and takes a new producer id, and a transactional one
+makes its transaction abortable.
+
+Transactions: with `session=` the producer writes under that TransactionSession (its transaction
+methods raise IllegalStateError); with `transactional.id` it owns a session and its methods
+(KIP-939 names) delegate to it. Sequences restart at 0 whenever the producer id/epoch changes.
+
+`AsyncProducer` is the asyncio core (`await producer.send(...)` returns a future of
+RecordMetadata); `Producer` is the blocking facade, whose `send` appends from the caller's thread
+and returns a future with the concurrent.futures.Future interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Self, TypeVar
+
+from exactly.client._loop import LoopThread
+from exactly.client.accumulator import RecordAccumulator
+from exactly.client.batch import (
+    CODECS,
+    RECORD_OVERHEAD_MAX,
+    FutureRecordMetadata,
+    RecordMetadata,
+)
+from exactly.client.cluster import Cluster
+from exactly.client.config import ClientConfig, as_config
+from exactly.client.errors import (
+    ConfigError,
+    IllegalStateError,
+    KafkaError,
+)
+from exactly.client.partitioner import DefaultPartitioner
+from exactly.client.sender import Sender
+from exactly.protocol.errors import ErrorCode, error_name
+from exactly.protocol.records import HEADER_SIZE
+
+log = logging.getLogger("exactly.client")
+T = TypeVar("T")
+Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
+
+__all__ = ["AsyncProducer", "FutureRecordMetadata", "Producer", "RecordMetadata"]
+
+
+def _as_bytes(value: Any, what: str) -> bytes | None:
+    if value is None or value.__class__ is bytes:
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"a record {what} must be bytes, str or None, not {type(value).__name__}")
+
+
+def _as_headers(headers: Headers | None) -> list[tuple[str, bytes | None]] | None:
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [(str(k), _as_bytes(v, "header value")) for k, v in items]
+
+
+async def _maybe_await(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+class AsyncProducer:
+    """The asyncio producer. `Producer(config, session=None)` semantics; see the module doc."""
+
+    def __init__(self, config: ClientConfig | Mapping[str, Any], session: Any = None) -> None:
+        self.config = as_config(config)
+        cfg = self.config
+        self._session: Any = session
+        self._owns_session = False
+        if session is None and cfg["transactional.id"]:
+            from exactly.client.session import AsyncTransactionSession
+            self._session = AsyncTransactionSession(cfg)
+            self._owns_session = True
+        if self._session is not None and hasattr(self._session, "aio"):
+            self._session = self._session.aio  # a blocking TransactionSession: use its core
+        self._acks: int = cfg["acks"]
+        if self._session is not None and self._acks != -1:
+            raise ConfigError("a transactional producer needs acks=all")
+        self._idempotent = self._session is not None or (cfg["enable.idempotence"]
+                                                         and self._acks == -1)
+        self._max_request_size: int = cfg["max.request.size"]
+        self._max_record_size = self._max_request_size - HEADER_SIZE - RECORD_OVERHEAD_MAX
+        self._refuse: BaseException | None = None  # why send() fails now (closed, fatal)
+        self._buffer_memory: int = cfg["buffer.memory"]
+        self._cluster = Cluster(cfg)
+        self._partitioner = DefaultPartitioner()
+        self._partitions: dict[str, int] = {}  # topic -> partition count
+        # Cluster.any_connection is not guarded: two first uses at once would each open a
+        # bootstrap connection and leak one. The producer's first uses take turns.
+        self._bootstrap_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
+        self._wake_event = asyncio.Event()
+        self._space = asyncio.Event()
+        self._yield = False
+        self._acc = RecordAccumulator(
+            batch_size=cfg["batch.size"], linger_ms=cfg["linger.ms"],
+            codec=CODECS[cfg["compression.type"]], buffer_memory=self._buffer_memory,
+            wake=self._wake, clock=time.monotonic)
+        self._acc.transactional = self._session is not None
+        self._sender = Sender(self, self._acc, self._cluster)
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        if self._session is not None:
+            self._session.bind_producer(self)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the sender (send() does it on first use)."""
+        if self._task is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+            self._task = asyncio.create_task(self._sender.run(), name="exactly-producer-sender")
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait until each of it is acknowledged or failed."""
+        with self._acc.lock:
+            pending = list(self._acc.incomplete)
+        if not pending:
+            return
+        await self.start()
+        self._acc.flushing += 1
+        self._wake()
+        try:
+            await asyncio.wait([b.waiter() for b in pending], timeout=timeout)
+        finally:
+            self._acc.flushing -= 1
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop; records not acknowledged by then fail."""
+        if self._closed:
+            return
+        try:
+            if self._task is not None:
+                await self.flush(timeout)
+        finally:
+            self._closed = True
+            self._refuse = IllegalStateError("send() on a closed producer")
+            await self._sender.stop(KafkaError("the producer was closed before this record "
+                                               "was acknowledged"))
+            if self._task is not None:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+            if self._session is not None:
+                self._session.unbind_producer(self)
+                if self._owns_session:
+                    await self._session.close()
+            await self._cluster.close()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def send(self, topic: str, value: bytes | str | None, key: bytes | str | None = None,
+                   partition: int | None = None, headers: Headers | None = None,
+                   timestamp: int | None = None) -> FutureRecordMetadata:
+        """Queue a record; returns a future of its RecordMetadata (await it, or `result()` it
+        from another thread). Waits only for the topic's metadata and for buffer space."""
+        if self._task is None:
+            await self.start()
+        future = self._append(topic, value, key, partition, headers, timestamp)
+        if future is None:
+            await self._load_topic(topic)
+            future = self._append(topic, value, key, partition, headers, timestamp)
+            assert future is not None
+        if self._acc.buffered >= self._buffer_memory:
+            await self.wait_for_space()
+        elif self._yield:
+            self._yield = False
+            await asyncio.sleep(0)  # a batch was started or filled: let the sender run
+        return future
+
+    async def send_and_wait(self, topic: str, value: bytes | str | None,
+                            key: bytes | str | None = None, **kwargs: Any) -> RecordMetadata:
+        future = await self.send(topic, value, key, **kwargs)
+        return await future
+
+    def _append(self, topic: str, value: Any, key: Any, partition: int | None,
+                headers: Headers | None, timestamp: int | None) -> FutureRecordMetadata | None:
+        """The hot path; None if the topic's metadata is needed first. Runs on the loop, or on
+        another thread holding the accumulator's lock (the blocking Producer)."""
+        if self._refuse is not None:
+            raise self._refuse
+        session = self._session
+        if session is not None and str(session.state) != "IN_TRANSACTION":
+            raise IllegalStateError(f"send() needs an open transaction, the session of "
+                                    f"{session.transactional_id!r} is {session.state}: "
+                                    "call begin_transaction() first")
+        count = self._partitions.get(topic)
+        if count is None:
+            return None
+        if value.__class__ is not bytes:
+            value = _as_bytes(value, "value")
+        size = len(value) if value is not None else 0
+        if key is not None:
+            if key.__class__ is not bytes:
+                key = _as_bytes(key, "key")
+            size += len(key)
+        hdrs = None
+        if headers:
+            hdrs = _as_headers(headers)
+            size += sum(len(k) + len(v or b"") + 10 for k, v in hdrs or ())
+        if size > self._max_record_size:
+            raise KafkaError(f"a record of about {size + RECORD_OVERHEAD_MAX} bytes for "
+                             f"{topic!r} is larger than max.request.size "
+                             f"({self._max_request_size}); raise max.request.size (and the "
+                             "topic's max.message.bytes)", ErrorCode.message_too_large)
+        if timestamp is None:
+            timestamp = time.time_ns() // 1_000_000
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise KafkaError(f"partition {partition} of {topic!r} does not exist "
+                                 f"(it has {count})", ErrorCode.unknown_topic_or_partition)
+        elif key is not None:
+            partition = self._partitioner.partition(key, count)
+        else:
+            partition = self._partitioner.sticky(topic, count)
+            future = self._acc.append(topic, partition, timestamp, key, value, hdrs,
+                                      new_batch=False)
+            if future is not None:
+                return future
+            partition = self._partitioner.next_sticky(topic, count, partition)
+        return self._acc.append(topic, partition, timestamp, key, value, hdrs)
+
+    async def _load_topic(self, topic: str) -> int:
+        """The partition count of `topic`, from metadata (waiting for leaders of a new topic)."""
+        deadline = time.monotonic() + self.config["request.timeout.ms"] / 1000
+        while True:
+            try:
+                async with self._bootstrap_lock:
+                    md = await self._cluster.topic(topic, allow_auto_create=True)
+            except KafkaError as exc:
+                if exc.code == ErrorCode.unknown_topic_or_partition:
+                    raise KafkaError(f"topic {topic!r} does not exist and the broker did not "
+                                     "create it (auto.create.topics.enable is off): create it "
+                                     "first", exc.code) from None
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                md = None
+            if md is not None and md.partitions and len(md.partitions) == max(md.partitions) + 1:
+                self._partitions[topic] = len(md.partitions)
+                return len(md.partitions)
+            if time.monotonic() > deadline:
+                raise KafkaError(f"topic {topic!r} has no usable metadata "
+                                 f"({error_name(md.error) if md else 'no answer'})",
+                                 ErrorCode.leader_not_available)
+            await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = await self._load_topic(topic)
+        return list(range(count))
+
+    async def wait_for_space(self) -> None:
+        """Wait until the buffered batches are below buffer.memory."""
+        while self._acc.buffered >= self._buffer_memory and not self._closed:
+            self._space.clear()
+            self._wake()
+            await self._space.wait()
+
+    def _wake(self) -> None:
+        """Tell the sender to look at the queues (callable from any thread)."""
+        self._yield = True
+        if self._loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wake_event.set()
+        else:
+            self._loop.call_soon_threadsafe(self._wake_event.set)
+
+    # -- transactions -------------------------------------------------------------------------
+
+    @property
+    def transaction_session(self) -> Any:
+        """The session this producer writes under (its own or the one given); None if none."""
+        return self._session
+
+    def _own(self, call: str) -> Any:
+        if self._session is None:
+            raise IllegalStateError(f"{call}() needs a transactional producer: set "
+                                    "transactional.id, or give the producer a TransactionSession")
+        if not self._owns_session:
+            raise IllegalStateError(
+                f"{call}(): this producer writes under an external TransactionSession "
+                f"({self._session.transactional_id!r}), whose owner runs its transactions; "
+                "call the session's methods instead")
+        return self._session
+
+    async def init_transactions(self, keep_prepared_txn: bool = False) -> None:
+        await self._own("init_transactions").initialize(keep_prepared_txn=keep_prepared_txn)
+
+    async def begin_transaction(self) -> None:
+        await _maybe_await(self._own("begin_transaction").begin_transaction())
+
+    async def prepare_transaction(self) -> Any:
+        return await self._own("prepare_transaction").prepare_transaction()
+
+    async def complete_transaction(self, state: Any) -> None:
+        await self._own("complete_transaction").complete_transaction(state)
+
+    async def commit_transaction(self) -> None:
+        await self._own("commit_transaction").commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        await self._own("abort_transaction").abort_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any) -> None:
+        await self._own("send_offsets_to_transaction").send_offsets_to_transaction(
+            offsets, group_metadata)
+
+
+class Producer:
+    """The blocking producer: AsyncProducer's methods, run on the client's loop thread.
+    `send` appends from the calling thread (no loop round trip) and returns a future with the
+    concurrent.futures.Future interface (`result(timeout)`, `add_done_callback`, ...)."""
+
+    def __init__(self, config: ClientConfig | Mapping[str, Any], session: Any = None) -> None:
+        self._loop = LoopThread.shared()
+        self._external = session
+        self.aio: AsyncProducer = self._run(self._create(config, session))
+
+    @staticmethod
+    async def _create(config: ClientConfig | Mapping[str, Any], session: Any) -> AsyncProducer:
+        producer = AsyncProducer(config, session)
+        await producer.start()
+        return producer
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run(coro)
+
+    def send(self, topic: str, value: bytes | str | None, key: bytes | str | None = None,
+             partition: int | None = None, headers: Headers | None = None,
+             timestamp: int | None = None) -> FutureRecordMetadata:
+        aio = self.aio
+        with aio._acc.lock:
+            future = aio._append(topic, value, key, partition, headers, timestamp)
+        if future is None:
+            self._run(aio.start())
+            self._run(aio._load_topic(topic))
+            with aio._acc.lock:
+                future = aio._append(topic, value, key, partition, headers, timestamp)
+            assert future is not None
+        if aio._acc.buffered >= aio._buffer_memory:
+            self._run(aio.wait_for_space())
+        return future
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._run(self.aio.flush(timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        self._run(self.aio.close(timeout))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._run(self.aio.partitions_for(topic))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def transaction_session(self) -> Any:
+        """The blocking TransactionSession this producer writes under; None if none."""
+        if self._external is not None:
+            return self._external
+        if self.aio.transaction_session is None:
+            return None
+        from exactly.client.session import TransactionSession
+        return TransactionSession(self.aio.config, _session=self.aio.transaction_session)
+
+    def init_transactions(self, keep_prepared_txn: bool = False) -> None:
+        self._run(self.aio.init_transactions(keep_prepared_txn))
+
+    def begin_transaction(self) -> None:
+        self._run(self.aio.begin_transaction())
+
+    def prepare_transaction(self) -> Any:
+        return self._run(self.aio.prepare_transaction())
+
+    def complete_transaction(self, state: Any) -> None:
+        self._run(self.aio.complete_transaction(state))
+
+    def commit_transaction(self) -> None:
+        self._run(self.aio.commit_transaction())
+
+    def abort_transaction(self) -> None:
+        self._run(self.aio.abort_transaction())
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any) -> None:
+        self._run(self.aio.send_offsets_to_transaction(offsets, group_metadata))

@@ -1,0 +1,417 @@
+"""The producer's sender: ships ready batches to partition leaders, in sequence order, and
+handles the answers (retries, duplicates, fencing); one task on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from exactly.client.accumulator import PartitionState, RecordAccumulator
+from exactly.client.batch import (
+    ProducerBatch,
+)
+from exactly.client.cluster import Cluster, make_request, request_module
+from exactly.client.connection import BrokerConnection
+from exactly.client.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+    TransactionAbortableError,
+)
+from exactly.protocol.apis import ApiKey
+from exactly.protocol.errors import ErrorCode, error_name
+
+if TYPE_CHECKING:
+    from exactly.client.producer import AsyncProducer
+
+log = logging.getLogger("exactly.client")
+
+# Errors after which the partition's leader may have moved: metadata is fetched again.
+_METADATA_ERRORS = frozenset({
+    ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+    ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch, ErrorCode.kafka_storage_error})
+_FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced})
+_ABORTABLE = frozenset({ErrorCode.transaction_abortable, ErrorCode.invalid_txn_state})
+_SEQUENCE_LOST = frozenset({ErrorCode.unknown_producer_id, ErrorCode.out_of_order_sequence_number})
+_MAX_SEQUENCE = 0x7FFFFFFF
+
+
+def _log_append_ms(value: Any) -> int:
+    return int(value.timestamp() * 1000) if value is not None else -1
+
+
+class Sender:
+    """Ships ready batches to partition leaders and handles the answers; one task on the loop."""
+
+    def __init__(self, producer: AsyncProducer, acc: RecordAccumulator, cluster: Cluster) -> None:
+        self.p, self.acc, self.cluster = producer, acc, cluster
+        cfg = producer.config
+        self.retries: int = cfg["retries"]
+        self.backoff = cfg["retry.backoff.ms"] / 1000
+        self.delivery_timeout = cfg["delivery.timeout.ms"] / 1000
+        self.timeout = datetime.timedelta(milliseconds=cfg["request.timeout.ms"])
+        self.max_in_flight: int = cfg["max.in.flight.requests.per.connection"]
+        self.metadata_max_age = cfg["metadata.max.age.ms"] / 1000
+        self.in_flight: dict[int, int] = {}  # node -> requests awaiting an answer
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.producer_id, self.epoch = -1, -1
+        self.new_identity = False  # idempotent: take a new producer id once nothing is in flight
+        self.fatal: KafkaError | None = None
+        self.metadata_stale = False
+        self.metadata_tried = 0.0
+        self.expire_checked = 0.0
+        self.stopping = False
+
+    async def run(self) -> None:
+        wake = self.p._wake_event
+        loop = asyncio.get_running_loop()
+        while not self.stopping:
+            wake.clear()
+            try:
+                delay = await self._step(time.monotonic())
+            except Exception:  # a bug must not stop the sender silently
+                log.exception("event=producer_sender_error")
+                delay = self.backoff
+            if wake.is_set() or self.stopping:
+                continue
+            handle = loop.call_later(max(delay, 0.0005), wake.set) if delay < _INF else None
+            try:
+                await wake.wait()
+            finally:
+                if handle is not None:
+                    handle.cancel()
+
+    async def _step(self, now: float) -> float:
+        if now - self.expire_checked >= 0.05:
+            self.expire_checked = now
+            self._expire(now)
+        if not await self._identity():
+            return self.backoff
+        if now - self.cluster.metadata.fetched_at > self.metadata_max_age:
+            self.metadata_stale = True
+        if self.metadata_stale and now - self.metadata_tried >= self.backoff:
+            await self._refresh_metadata(now)
+        states, next_at = self.acc.ready(now)
+        if not states:
+            return next_at - now
+        by_node: dict[int, list[PartitionState]] = {}
+        topics = self.cluster.metadata.topics
+        for st in states:
+            md = topics.get(st.topic)
+            leader = md.partitions.get(st.partition, -1) if md is not None else -1
+            if leader < 0:
+                self.metadata_stale = True
+                next_at = min(next_at, now + self.backoff)
+            else:
+                by_node.setdefault(leader, []).append(st)
+        for node, node_states in by_node.items():
+            while self.in_flight.get(node, 0) < self.max_in_flight:
+                try:
+                    conn = await self._connection(node)
+                except KafkaError as exc:
+                    log.debug("event=producer_connect_failed node=%d error=%s", node, exc)
+                    self.metadata_stale = True
+                    next_at = min(next_at, now + self.backoff)
+                    break
+                batches = self.acc.drain(node_states, self.p._max_request_size, time.monotonic())
+                if not batches:
+                    break
+                await self._dispatch(node, conn, batches)
+        return next_at - now
+
+    async def _connection(self, node: int) -> BrokerConnection:
+        conn = self.cluster._connections.get(node)
+        if conn is not None and not conn.closed:
+            return conn
+        async with self.p._bootstrap_lock:  # may refresh metadata: one first use at a time
+            return await self.cluster.connection(node)
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        return any(self.in_flight.values())
+
+    async def _identity(self) -> bool:
+        """Whether batches may be sent: the producer id and epoch to write with are known."""
+        session = self.p._session
+        if session is not None:
+            identity = (session.producer_id, session.producer_epoch)
+            if identity != (self.producer_id, self.epoch):
+                if self._busy():
+                    return False
+                self._adopt(*identity)
+            return self.producer_id >= 0
+        if not self.p._idempotent:
+            return True
+        if self.producer_id >= 0 and not self.new_identity:
+            return True
+        if self._busy() or self.fatal is not None:
+            return False
+        try:
+            async with self.p._bootstrap_lock:
+                conn = await self.cluster.any_connection()
+            response = await conn.send(make_request(
+                conn, ApiKey.INIT_PRODUCER_ID, transactional_id=None,
+                transaction_timeout=datetime.timedelta(
+                    milliseconds=self.p.config["transaction.timeout.ms"]),
+                producer_id=-1, producer_epoch=-1))
+        except KafkaError as exc:
+            log.debug("event=producer_id_retry error=%s", exc)
+            return False
+        if response.error_code != ErrorCode.none:
+            error = KafkaError(f"InitProducerId for an idempotent producer failed: "
+                               f"{error_name(response.error_code)}", response.error_code)
+            if not error.retriable:
+                self.fatal = self.p._refuse = error
+                for st, batch in self.acc.take_all():
+                    self._complete(batch, error=error)
+            return False
+        self._adopt(response.producer_id, response.producer_epoch)
+        self.new_identity = False
+        return True
+
+    def _adopt(self, producer_id: int, epoch: int) -> None:
+        """Write as (producer_id, epoch) from now on: every partition's sequence restarts at 0.
+        A batch numbered under the old identity that still waits to be resent fails: it may
+        have been written, and under a new identity the broker could not deduplicate it."""
+        log.info("event=producer_identity producer_id=%d epoch=%d", producer_id, epoch)
+        self.producer_id, self.epoch = producer_id, epoch
+        error = KafkaError(f"the producer's identity changed to producer id {producer_id} epoch "
+                           f"{epoch} while this batch waited to be resent; it may or may not "
+                           "have been written", ErrorCode.out_of_order_sequence_number)
+        with self.acc.lock:
+            stale = []
+            for st in self.acc.states():
+                st.reset_sequences()
+                stale += [b for b in st.batches if b.base_sequence >= 0]
+                st.batches = deque(b for b in st.batches if b.base_sequence < 0)
+        for batch in stale:
+            self._complete(batch, error=error)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    async def _dispatch(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]
+                        ) -> None:
+        session = self.p._session
+        max_version: int | None = None
+        txn_id: str | None = None
+        if session is not None:
+            new = {(b.topic, b.partition) for b in batches if b.attempts == 0}
+            if new:
+                try:
+                    await session.ensure_partitions(new)
+                except Exception as exc:  # noqa: BLE001 - the batches carry it to the caller
+                    for b in [b for b in batches if b.attempts == 0]:
+                        batches.remove(b)
+                        self._fail(self.acc.state(b.topic, b.partition), b, exc, False)
+            if (session.producer_id, session.producer_epoch) != (self.producer_id, self.epoch):
+                for b in reversed(batches):  # the identity moved meanwhile: next round
+                    self.acc.requeue(self.acc.state(b.topic, b.partition), b)
+                return
+            txn_id = session.transactional_id
+            if not session.uses_transaction_v2:
+                max_version = 11  # Produce v12 would add partitions implicitly (KIP-890)
+        if not batches:
+            return
+        try:
+            module = request_module(conn, ApiKey.PRODUCE, max_version=max_version)
+        except KafkaError as exc:
+            for b in batches:
+                self._fail(self.acc.state(b.topic, b.partition), b, exc, False)
+            return
+        idempotent, pid, epoch = self.p._idempotent, self.producer_id, self.epoch
+        by_topic: dict[str, list[Any]] = {}
+        for b in batches:
+            st = self.acc.state(b.topic, b.partition)
+            if idempotent and b.base_sequence < 0:
+                b.base_sequence = st.next_sequence
+                st.next_sequence = (st.next_sequence + b.count) & _MAX_SEQUENCE
+            b.sent_sequence = b.base_sequence
+            b.attempts += 1
+            st.in_flight.append(b)
+            by_topic.setdefault(b.topic, []).append(module.PartitionProduceData(
+                index=b.partition, records=b.encode(pid, epoch, b.base_sequence)))
+        request = module.ProduceRequest(
+            transactional_id=txn_id, acks=self.p._acks, timeout=self.timeout,
+            topic_data=tuple(module.TopicProduceData(name=t, partition_data=tuple(parts))
+                             for t, parts in by_topic.items()))
+        self.in_flight[node] = self.in_flight.get(node, 0) + 1
+        if self.p._acks == 0:
+            try:
+                await conn.send(request, expect_response=False)
+            except KafkaError as exc:
+                self._on_failure(node, batches, exc)
+            else:
+                self._landed(node, batches)
+                for b in batches:
+                    self._complete(b)
+            return
+        task = asyncio.create_task(self._request(node, conn, request, batches))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _request(self, node: int, conn: BrokerConnection, request: Any,
+                       batches: list[ProducerBatch]) -> None:
+        try:
+            response = await conn.send(request)
+        except asyncio.CancelledError:
+            self._landed(node, batches)
+            for b in batches:
+                self._complete(b, error=KafkaError("the producer was closed while this record "
+                                                   "was on its way; it may have been written"))
+            raise
+        except KafkaError as exc:
+            if isinstance(exc, KafkaTimeoutError):
+                # Answers after this one would be out of order with its resend: start afresh.
+                asyncio.ensure_future(conn.close())
+            self._on_failure(node, batches, exc)
+        else:
+            self._on_response(node, batches, response)
+        self.p._wake()
+
+    def _landed(self, node: int, batches: list[ProducerBatch]) -> None:
+        self.in_flight[node] -= 1
+        for b in batches:
+            with contextlib.suppress(ValueError):
+                self.acc.state(b.topic, b.partition).in_flight.remove(b)
+
+    def _on_failure(self, node: int, batches: list[ProducerBatch], exc: KafkaError) -> None:
+        self._landed(node, batches)
+        self.metadata_stale = True
+        for b in batches:
+            self._retry(self.acc.state(b.topic, b.partition), b,
+                        KafkaError(f"produce to {b.topic}-{b.partition}: {exc}", exc.code), True)
+
+    def _on_response(self, node: int, batches: list[ProducerBatch], response: Any) -> None:
+        self._landed(node, batches)
+        answers = {(t.name, p.index): p for t in response.responses
+                   for p in t.partition_responses}
+        for b in batches:
+            st = self.acc.state(b.topic, b.partition)
+            answer = answers.get((b.topic, b.partition))
+            if answer is None:
+                self._retry(st, b, KafkaError(f"produce to {b.topic}-{b.partition}: the broker "
+                                              "did not answer for this partition"), True)
+                continue
+            code = int(answer.error_code)
+            if code == ErrorCode.none or code == ErrorCode.duplicate_sequence_number:
+                if b.base_sequence >= 0:
+                    st.acked_next = (b.base_sequence + b.count) & _MAX_SEQUENCE
+                self._complete(b, answer.base_offset, _log_append_ms(answer.log_append_time))
+            else:
+                self._on_error(st, b, code, getattr(answer, "error_message", None))
+
+    def _on_error(self, st: PartitionState, b: ProducerBatch, code: int, message: str | None
+                  ) -> None:
+        text = f"produce to {b.topic}-{b.partition} failed: {error_name(code)}"
+        if message:
+            text += f" ({message})"
+        if code == ErrorCode.out_of_order_sequence_number and (
+                b.sent_sequence != b.base_sequence or any(
+                    0 <= x.base_sequence < b.base_sequence for x in (*st.in_flight, *st.batches))):
+            # A batch ahead of this one is not acknowledged yet (it is being resent), or this
+            # one was renumbered after a batch ahead failed: it is resent after them.
+            self._retry(st, b, KafkaError(text, code), False)
+        elif code in _SEQUENCE_LOST:
+            self._fail(st, b, KafkaError(text, code), True)
+        elif code in _FENCED:
+            self._fail(st, b, ProducerFencedError(text + ": a newer producer with the same "
+                                                  "identity took over", code), True)
+        elif code in _ABORTABLE:
+            self._fail(st, b, TransactionAbortableError(text + ": abort the transaction", code),
+                       False)
+        elif ErrorCode(code).retriable if code in _KNOWN_CODES else False:
+            if code in _METADATA_ERRORS:
+                self.metadata_stale = True
+            self._retry(st, b, KafkaError(text, code),
+                        code == ErrorCode.not_enough_replicas_after_append)
+        else:
+            self._fail(st, b, KafkaError(text, code), False)
+
+    # -- outcomes ---------------------------------------------------------------------------
+
+    def _retry(self, st: PartitionState, b: ProducerBatch, exc: KafkaError,
+               maybe_written: bool) -> None:
+        now = time.monotonic()
+        if self.stopping or b.attempts > self.retries or (
+                now + self.backoff - b.created >= self.delivery_timeout):
+            self._fail(st, b, exc, maybe_written)
+            return
+        b.retry_at = now + self.backoff
+        self.acc.requeue(st, b)
+
+    def _fail(self, st: PartitionState, b: ProducerBatch, exc: BaseException,
+              maybe_written: bool) -> None:
+        if b.base_sequence >= 0 and b.attempts:
+            if maybe_written:
+                self._sequence_lost(exc)
+            else:  # not written: the batches behind it take over its sequence numbers
+                for other in (*st.in_flight, *st.batches):
+                    if other.base_sequence > b.base_sequence:
+                        other.base_sequence -= b.count
+                st.next_sequence = (st.next_sequence - b.count) & _MAX_SEQUENCE
+        session = self.p._session
+        if session is not None and isinstance(exc, Exception):
+            session.record_error(exc)
+        self._complete(b, error=exc)
+
+    def _sequence_lost(self, exc: BaseException) -> None:
+        if self.p._session is None and not self.new_identity:
+            log.warning("event=producer_sequence_lost action=new_producer_id error=%s", exc)
+            self.new_identity = True
+
+    def _complete(self, b: ProducerBatch, base_offset: int = -1, log_append_time: int = -1,
+                  error: BaseException | None = None) -> None:
+        self.acc.release(b)
+        b.complete(base_offset, log_append_time, error)
+        if self.acc.buffered < self.p._buffer_memory:
+            self.p._space.set()
+
+    def _expire(self, now: float) -> None:
+        for st, b in self.acc.expired(now, self.delivery_timeout):
+            self._fail(st, b, KafkaTimeoutError(
+                f"{b.count} record(s) for {b.topic}-{b.partition} expired: not acknowledged "
+                f"within delivery.timeout.ms ({self.delivery_timeout * 1000:.0f} ms)"), b.attempts > 0)
+
+    async def _refresh_metadata(self, now: float) -> None:
+        self.metadata_tried = now
+        topics = list(self.p._partitions)
+        try:
+            async with self.p._bootstrap_lock:
+                await self.cluster.refresh(topics)
+        except KafkaError as exc:
+            log.debug("event=producer_metadata_retry error=%s", exc)
+            return
+        self.metadata_stale = False
+        for topic in topics:
+            md = self.cluster.metadata.topics.get(topic)
+            if md is not None and md.partitions:
+                count = max(md.partitions) + 1
+                if count > self.p._partitions.get(topic, 0):
+                    self.p._partitions[topic] = count
+
+    async def stop(self, error: KafkaError) -> None:
+        """Fail what is still queued or on its way, and end the loop."""
+        self.stopping = True
+        self.p._wake_event.set()
+        for _, b in self.acc.take_all():
+            self._complete(b, error=error)
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        with self.acc.lock:
+            leftover = list(self.acc.incomplete)
+        for b in leftover:
+            self._complete(b, error=error)
+        self.p._space.set()
+
+
+_INF = float("inf")
+_KNOWN_CODES = frozenset(int(c) for c in ErrorCode)
