@@ -3,3 +3,44 @@
 These are the blocking classes; `exactly.client.aio` has the asyncio ones under the same names.
 The client depends on `exactly.protocol` only, so it works against any Kafka-protocol broker.
 """
+
+from exactly.client.admin import Admin, AdminError, NewTopic
+from exactly.client.config import ClientConfig
+from exactly.client.consumer import Consumer, ConsumerRecord
+from exactly.client.errors import (
+    ConfigError,
+    IllegalStateError,
+    KafkaError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionError,
+    TransactionFatalError,
+    UnsupportedVersionError,
+)
+from exactly.client.prepared import PreparedTxnState
+from exactly.client.producer import Producer, RecordMetadata
+from exactly.client.session import ConsumerGroupMetadata, TransactionSession
+from exactly.client.session_state import State
+
+__all__ = [
+    "Admin",
+    "AdminError",
+    "ClientConfig",
+    "ConfigError",
+    "Consumer",
+    "ConsumerGroupMetadata",
+    "ConsumerRecord",
+    "IllegalStateError",
+    "KafkaError",
+    "NewTopic",
+    "PreparedTxnState",
+    "Producer",
+    "ProducerFencedError",
+    "RecordMetadata",
+    "State",
+    "TransactionAbortableError",
+    "TransactionError",
+    "TransactionFatalError",
+    "TransactionSession",
+    "UnsupportedVersionError",
+]

@@ -1,0 +1,8 @@
+"""The asyncio client, under the same names as the blocking one in `exactly.client`."""
+
+from exactly.client.admin import AsyncAdmin as Admin
+from exactly.client.consumer import AsyncConsumer as Consumer
+from exactly.client.producer import AsyncProducer as Producer
+from exactly.client.session import AsyncTransactionSession as TransactionSession
+
+__all__ = ["Admin", "Consumer", "Producer", "TransactionSession"]
