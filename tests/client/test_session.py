@@ -22,7 +22,6 @@ from exactly.client.errors import (
     ProducerFencedError,
     TransactionAbortableError,
     TransactionFatalError,
-    UnsupportedVersionError,
 )
 from exactly.client.prepared import PreparedTxnState
 from exactly.client.session import (
@@ -384,19 +383,6 @@ def test_resumed_session_completes_a_prepared_transaction(bootstrap, topic):
     b.complete_transaction(state)
     b.close()
     assert read_committed(bootstrap, topic, "from-a") == ["from-a"]
-
-
-def test_keep_prepared_txn_needs_a_broker_with_kip_939(bootstrap):
-    s = TransactionSession(config(bootstrap, "kip939"))
-    with pytest.raises(UnsupportedVersionError, match="does not support KIP-939 two-phase commit"):
-        s.initialize(keep_prepared_txn=True)
-    assert s.state is State.UNINITIALIZED
-    s.close()
-    two_pc = TransactionSession(config(bootstrap, "kip939-2pc",
-                                       **{"transaction.two.phase.commit.enable": True}))
-    with pytest.raises(UnsupportedVersionError, match="InitProducerId v6"):
-        two_pc.initialize()
-    two_pc.close()
 
 
 # -- transaction version 2 (KIP-890) ------------------------------------------------------------

@@ -141,3 +141,47 @@ def test_last_epoch_derived_for_version_2_end() -> None:
     # Version 0 clients: no retry identity.
     v = TxnLogValue(42, 5, 1000, 4, (), 1, 1)
     assert from_value("t", v).last_producer_epoch == -1
+
+
+# -- KIP-939: NextProducerEpoch ------------------------------------------------------------------
+
+
+def test_next_producer_epoch_is_tag_3() -> None:
+    # The seed gives NextProducerEpoch tag 2, which Kafka's schema (and this codec) already use
+    # for ClientTransactionVersion: it goes on tag 3.
+    v = TxnLogValue(42, 32766, -1, 1, (("t", (0,)),), 1, 1, next_producer_id=73,
+                    client_transaction_version=2, next_producer_epoch=32767)
+    data = encode_value(v)
+    assert data.endswith(bytes.fromhex("03" "0108" "0000000000000049" "0202" "0002"
+                                       "0302" "7fff"))
+    assert decode_value(data) == v
+    assert data[12:16] == bytes.fromhex("ffffffff")  # TransactionTimeoutMs -1: 2PC
+
+
+def test_next_producer_id_without_epoch_reads_as_epoch_0() -> None:
+    # Written before KIP-939: an overflow's NextProducerId always came with epoch 0.
+    v = TxnLogValue(9, 32767, 5, 2, (("a", (2,)),), 1, 2, next_producer_id=12,
+                    client_transaction_version=2)
+    meta = from_value("t", decode_value(encode_value(v)))
+    assert (meta.next_producer_id, meta.next_producer_epoch) == (12, 0)
+
+
+@pytest.mark.parametrize(("value", "client"), [
+    # PrepareCommit of a same-id version-2 EndTxn (no PrevProducerId): the client had epoch 4.
+    (TxnLogValue(42, 5, 1000, 2, (("t", (0,)),), 1, 1, client_transaction_version=2), (42, 4)),
+    # The vanilla overflow, Prepare and Complete (the seed's first example).
+    (TxnLogValue(42, 32767, 1000, 2, (("t", (0,)),), 1, 1, next_producer_id=85,
+                 client_transaction_version=2, next_producer_epoch=0), (42, 32766)),
+    (TxnLogValue(85, 0, 1000, 4, (), 1, 1, prev_producer_id=42, client_transaction_version=2),
+     (42, 32766)),
+    # A kept transaction's commit by 73/7: Prepare (73 goes on with 8), then Complete.
+    (TxnLogValue(42, 6, -1, 2, (("t", (0,)),), 1, 1, prev_producer_id=73, next_producer_id=73,
+                 client_transaction_version=2, next_producer_epoch=8), (73, 7)),
+    (TxnLogValue(73, 8, -1, 4, (), 1, 1, client_transaction_version=2), (73, 7)),
+    # The coordinator's own abort (timeout, fence) is written with version 0: no retry.
+    (TxnLogValue(42, 6, 1000, 5, (), 1, 1), (-1, -1)),
+])
+def test_retry_identity_derived_from_the_record(value: TxnLogValue,
+                                                client: tuple[int, int]) -> None:
+    meta = from_value("t", value)
+    assert (meta.last_producer_id, meta.last_producer_epoch) == client

@@ -115,7 +115,8 @@ def test_bump_epoch_commit(coord: TransactionCoordinator) -> None:
     meta = coord.describe(TXN)
     assert meta is not None
     assert (meta.state, meta.producer_epoch, meta.prev_producer_id, meta.next_producer_id,
-            meta.client_transaction_version) == (TxnState.PREPARE_COMMIT, epoch + 1, pid, -1, 2)
+            meta.client_transaction_version) == (TxnState.PREPARE_COMMIT, epoch + 1, -1, -1, 2)
+    # KIP-939's layout: PrevProducerId only where the client's id differs from ProducerId.
     assert coord.markers_written(TXN, T0 + 2) == (pid, epoch + 1)
     # The next transaction uses the bumped epoch.
     assert coord.add_partitions(TXN, pid, epoch + 1, [P2], now_ms=T0 + 3) == {P2: E.none}
@@ -153,7 +154,7 @@ def test_bump_epoch_overflow_rotates_producer_id(coord: TransactionCoordinator) 
     meta = coord.describe(TXN)
     assert meta is not None
     assert (meta.state, meta.producer_id, meta.producer_epoch, meta.prev_producer_id,
-            meta.next_producer_id) == (TxnState.PREPARE_COMMIT, pid, 32767, pid, new_pid)
+            meta.next_producer_id) == (TxnState.PREPARE_COMMIT, pid, 32767, -1, new_pid)
     # The client already has the new id: it retries while the markers are written.
     assert coord.add_partitions(TXN, new_pid, 0, [P1], now_ms=T0 + 2) == {
         P1: E.concurrent_transactions}

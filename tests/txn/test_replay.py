@@ -65,6 +65,7 @@ def test_restart_restores_every_state(env: Env) -> None:
         assert got is not None and meta is not None
         # lastProducerEpoch is not in the log (as in Kafka), except as derived for version 2.
         meta.last_producer_epoch = got.last_producer_epoch
+        meta.last_producer_id = got.last_producer_id
         assert got == meta, txn_id
     assert state(coord, "aborted") is TxnState.COMPLETE_ABORT
     # Producer ids are never handed out twice across the restart.

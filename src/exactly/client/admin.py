@@ -1,6 +1,6 @@
 """Admin: topics, configs, the cluster, and Kafka's transaction tools (KIP-664): list and describe
-transactions, describe a partition's producers, and abort a hanging transaction by writing its
-marker. `AsyncAdmin` is the asyncio client; `Admin` runs the same calls on the client's loop.
+transactions, describe a partition's producers, abort a hanging transaction by writing its
+marker, and force-terminate a transactional id's open (or prepared 2PC) transaction (KIP-939). `AsyncAdmin` is the asyncio client; `Admin` runs the same calls on the client's loop.
 
 A call that fails for some of its items raises AdminError (a KafkaError carrying the first
 failure's code) once the whole request is answered, with every failure in `errors`."""
@@ -415,6 +415,41 @@ class AsyncAdmin:
                     if (e := _item_error(f"{what} {t.name}-{p.partition_index}", p.error_code))}
         _raise_failures(failures)
 
+    async def force_terminate_transaction(self, transactional_id: str) -> None:
+        """Abort whatever transaction `transactional_id` has open, a prepared 2PC one included
+        (KIP-939 forceTerminateTransaction), and fence its producer: InitProducerId with
+        keepPreparedTxn=false at the id's transaction coordinator, as Kafka does. For a
+        well-formed transaction that no client will end; a hanging one (unknown to the
+        coordinator) needs abort_transaction. The application must initialize again.
+
+        TransactionTimeoutMs is 1: the identity this call gets is discarded, so no transaction
+        ever runs under it, and 1 ms is valid under any transaction.max.timeout.ms."""
+        if not transactional_id:
+            raise ValueError("force_terminate_transaction needs a transactional id")
+        timeout_ms = self.config["request.timeout.ms"]
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        backoff = max(self.config["retry.backoff.ms"], 1) / 1000
+        while True:
+            conn = await self.cluster.coordinator(COORDINATOR_TRANSACTION, transactional_id)
+            response = await conn.send(make_request(
+                conn, ApiKey.INIT_PRODUCER_ID, transactional_id=transactional_id,
+                transaction_timeout=datetime.timedelta(milliseconds=1), producer_id=-1,
+                producer_epoch=-1, enable2_pc=False, keep_prepared_txn=False))
+            code = response.error_code
+            if code == ErrorCode.none:
+                return
+            if code in _COORDINATOR_MOVED:
+                self.cluster.forget_coordinator(COORDINATOR_TRANSACTION, transactional_id)
+            elif code != ErrorCode.concurrent_transactions:  # markers still being written
+                raise KafkaError(f"force terminate transaction {transactional_id!r}: "
+                                 f"{error_name(code)}", int(code))
+            if asyncio.get_running_loop().time() + backoff > deadline:
+                raise KafkaError(f"force terminate transaction {transactional_id!r}: still "
+                                 f"{error_name(code)} after request.timeout.ms={timeout_ms}; "
+                                 "call again to retry", int(code))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
     async def close(self) -> None:
         await self.cluster.close()
 
@@ -478,6 +513,9 @@ class Admin:
                           coordinator_epoch: int) -> None:
         self._loop.run(self._admin.abort_transaction(topic, partition, producer_id, producer_epoch,
                                                      coordinator_epoch))
+
+    def force_terminate_transaction(self, transactional_id: str) -> None:
+        self._loop.run(self._admin.force_terminate_transaction(transactional_id))
 
     def close(self) -> None:
         self._loop.run(self._admin.close())

@@ -150,6 +150,13 @@ class AsyncTransactionSession:
         return self._machine.state
 
     @property
+    def prepared_state(self) -> PreparedTxnState:
+        """The prepared transaction's identity: from prepare_transaction(), or the ongoing
+        producer id/epoch the coordinator kept for initialize(keep_prepared_txn=True) (KIP-939:
+        the session itself then holds a newer identity). PreparedTxnState() if there is none."""
+        return self._prepared
+
+    @property
     def uses_transaction_v2(self) -> bool:
         """Produce with v12 and let the broker add partitions. Known once the coordinator was
         reached: after initialize(), or after the first ensure_partitions() of a resumed session."""
@@ -584,6 +591,10 @@ class TransactionSession:
     @property
     def state(self) -> State:
         return self.aio.state
+
+    @property
+    def prepared_state(self) -> PreparedTxnState:
+        return self.aio.prepared_state
 
     @property
     def uses_transaction_v2(self) -> bool:

@@ -41,7 +41,7 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     return api_key, api_version, correlation_id
 
 
-def _read_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
+def _read_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:
     """Skip a tagged-field section (KIP-482); the header carries no tags we act on."""
     count, pos = _read_uvarint(frame, pos)
     for _ in range(count):
@@ -53,7 +53,7 @@ def _read_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
     return pos
 
 
-def _read_uvarint(frame: bytes | memoryview, pos: int) -> tuple[int, int]:
+def _read_uvarint(frame: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:

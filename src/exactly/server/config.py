@@ -452,6 +452,15 @@ _KEYS: tuple[Key, ...] = (
         "before writing an older client's transactional batch to it.",
     ),
     Key(
+        "transaction.two.phase.commit.enable",
+        "BOOLEAN",
+        False,
+        _parse_bool,
+        "KIP-939: let transactional producers take part in two-phase commit (InitProducerId with "
+        "Enable2Pc: their transactions never time out). When false such a request gets "
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED.",
+    ),
+    Key(
         "transaction.version",
         "SHORT",
         2,

@@ -1,4 +1,4 @@
-"""The transaction coordinator (KIP-98, KIP-890) as a sans-IO state machine kept in
+"""The transaction coordinator (KIP-98, KIP-890, KIP-939) as a sans-IO state machine kept in
 `__transaction_state`, and producer id allocation."""
 
 from exactly.txn.coordinator import TransactionCoordinator, TxnStateError

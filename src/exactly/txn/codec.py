@@ -4,6 +4,9 @@ TransactionLogKey (version 0, not flexible): int16 version, string transactional
 TransactionLogValue (from Kafka's `transaction-coordinator/.../TransactionLogValue.json`):
 version 0 is the classic layout of KIP-98; version 1 is flexible (KIP-915/KIP-890) and adds the
 tagged fields PrevProducerId (tag 0), NextProducerId (tag 1) and ClientTransactionVersion (tag 2).
+KIP-939 adds NextProducerEpoch. The seed gives it tag 2, but Apache Kafka's schema (and every
+record Exactly wrote before) already has ClientTransactionVersion on tag 2, so it goes on the next
+free tag, 3: an int16 on tag 2 would be misread either way.
 We write version 1 and read both. A value of None is a tombstone: the transactional id expired.
 """
 
@@ -18,6 +21,7 @@ VALUE_VERSION = 1
 _TAG_PREV_PRODUCER_ID = 0
 _TAG_NEXT_PRODUCER_ID = 1
 _TAG_CLIENT_TXN_VERSION = 2
+_TAG_NEXT_PRODUCER_EPOCH = 3
 
 
 class TxnCodecError(ValueError):
@@ -37,6 +41,7 @@ class TxnLogValue:
     prev_producer_id: int = -1
     next_producer_id: int = -1
     client_transaction_version: int = 0
+    next_producer_epoch: int = -1
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -86,6 +91,8 @@ def encode_value(v: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
         tags.append((_TAG_NEXT_PRODUCER_ID, struct.pack(">q", v.next_producer_id)))
     if v.client_transaction_version != 0:
         tags.append((_TAG_CLIENT_TXN_VERSION, struct.pack(">h", v.client_transaction_version)))
+    if v.next_producer_epoch != -1:
+        tags.append((_TAG_NEXT_PRODUCER_EPOCH, struct.pack(">h", v.next_producer_epoch)))
     _uvarint(out, len(tags))
     for tag, data in tags:
         _uvarint(out, tag)
@@ -193,8 +200,9 @@ def decode_value(data: bytes) -> TxnLogValue:
     prev = _tag_int(tags, _TAG_PREV_PRODUCER_ID, ">q", -1)
     nxt = _tag_int(tags, _TAG_NEXT_PRODUCER_ID, ">q", -1)
     ctv = _tag_int(tags, _TAG_CLIENT_TXN_VERSION, ">h", 0)
+    next_epoch = _tag_int(tags, _TAG_NEXT_PRODUCER_EPOCH, ">h", -1)
     return TxnLogValue(producer_id, epoch, timeout, status, partitions, last_update, start, prev,
-                       nxt, ctv)
+                       nxt, ctv, next_epoch)
 
 
 def _tag_int(tags: dict[int, bytes], tag: int, fmt: str, default: int) -> int:

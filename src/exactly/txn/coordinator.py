@@ -4,9 +4,10 @@ marker completion and timers, as a sans-IO state machine.
 The rules are KIP-98's "Transaction Coordinator Request Handling", with the epoch bump of KIP-360
 (InitProducerId with a producer id and epoch) and KIP-890 (verifyOnly, an epoch bump on every
 EndTxn of a transaction-version-2 client, producer id rotation when the epoch overflows), as Apache
-Kafka's TransactionCoordinator implements them. Every call that changes state appends its
-record(s) to `__transaction_state` before it returns; the caller makes that durable
-(`log_for(transactional_id)`) before it answers the client.
+Kafka's TransactionCoordinator implements them, and KIP-939 (Enable2Pc: no timeout;
+KeepPreparedTxn: a second producer id/epoch pair, its rules in `two_phase.py`). Every call that
+changes state appends its record(s) to `__transaction_state` before it returns; the caller makes
+that durable (`log_for(transactional_id)`) before it answers the client.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from exactly.txn.state import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    NO_TIMEOUT,
     EndResult,
     InitResult,
     TopicPartition,
@@ -28,6 +30,7 @@ from exactly.txn.state import (
     TxnState,
     is_epoch_exhausted,
 )
+from exactly.txn.two_phase import end_kept, keep_identity
 
 log = logging.getLogger("exactly.txn")
 
@@ -43,16 +46,22 @@ class TransactionCoordinator(CoordinatorBase):
 
     def init_producer_id(self, transactional_id: str, txn_timeout_ms: int,
                          producer_id: int = NO_PRODUCER_ID,
-                         producer_epoch: int = NO_PRODUCER_EPOCH, *, now_ms: int) -> InitResult:
+                         producer_epoch: int = NO_PRODUCER_EPOCH, *, now_ms: int,
+                         enable_2pc: bool = False, keep_prepared_txn: bool = False) -> InitResult:
         """InitProducerId with a transactional id (the broker answers the idempotent-only case).
 
         `producer_id`/`producer_epoch` are the KIP-360 form (v3+): a producer that already has an
         id asks for a bump. The caller maps PRODUCER_FENCED to INVALID_PRODUCER_EPOCH for old
-        request versions.
+        request versions. KIP-939 (v6): with `enable_2pc` the transaction never times out (the
+        timeout is stored as -1, `txn_timeout_ms` is ignored); with `keep_prepared_txn` an
+        ongoing transaction is kept, not aborted (see `_keep`). Whether 2PC is allowed at all
+        (`transaction.two.phase.commit.enable`, ACLs) is the broker's decision, made before.
         """
         if not transactional_id:
             return InitResult(E.invalid_request)
-        if not 0 < txn_timeout_ms <= self.config.max_timeout_ms:
+        if enable_2pc:
+            txn_timeout_ms = NO_TIMEOUT
+        elif not 0 < txn_timeout_ms <= self.config.max_timeout_ms:
             return InitResult(E.invalid_transaction_timeout)
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
             return InitResult(E.invalid_request)
@@ -69,14 +78,36 @@ class TransactionCoordinator(CoordinatorBase):
         if expected is not None and not _valid_producer_id(meta, *expected):
             return InitResult(E.producer_fenced)
         if state is TxnState.ONGOING:
-            if expected is not None and expected[1] != meta.producer_epoch:
+            if expected is not None and expected != meta.client_identity:
                 # Stricter than Kafka: a stale producer must not abort a newer transaction.
                 return InitResult(E.producer_fenced)
+            if keep_prepared_txn:
+                return self._keep(meta, txn_timeout_ms, now_ms)
             # Fence the current instance: abort its transaction with a bumped epoch. That epoch
             # is never returned; the client retries and gets a second bump once it is aborted.
             return InitResult(E.concurrent_transactions,
                               markers=self._fence_and_abort(meta, now_ms))
         return self._init_idle(meta, txn_timeout_ms, expected, now_ms)
+
+    def _keep(self, meta: TxnMetadata, txn_timeout_ms: int, now_ms: int) -> InitResult:
+        """KIP-939 KeepPreparedTxn on an ongoing transaction: it keeps its producer id and epoch
+        (its markers will use them, +1); the client gets a newer identity, NextProducerId/
+        NextProducerEpoch, which fences every earlier instance."""
+        new = meta.copy()
+        new.next_producer_id, new.next_producer_epoch = keep_identity(
+            meta, self.producer_ids.generate)
+        new.txn_timeout_ms = txn_timeout_ms
+        new.txn_last_update_ms = now_ms
+        new.last_producer_id, new.last_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        new.transition(TxnState.ONGOING)
+        self._commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
+        log.info("event=txn_init_keep transactional_id=%r producer_id=%d epoch=%d "
+                 "ongoing_producer_id=%d ongoing_epoch=%d two_phase=%s", new.transactional_id,
+                 new.next_producer_id, new.next_producer_epoch, new.producer_id,
+                 new.producer_epoch, new.is_two_phase)
+        return InitResult(E.none, new.next_producer_id, new.next_producer_epoch,
+                          ongoing_producer_id=new.producer_id,
+                          ongoing_producer_epoch=new.producer_epoch)
 
     def _init_idle(self, meta: TxnMetadata, txn_timeout_ms: int,
                    expected: tuple[int, int] | None, now_ms: int) -> InitResult:
@@ -85,7 +116,8 @@ class TransactionCoordinator(CoordinatorBase):
         new.txn_last_update_ms = now_ms
         new.txn_start_ms = -1
         new.partitions.clear()
-        new.next_producer_id = NO_PRODUCER_ID
+        new.next_producer_id, new.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        new.last_producer_id = NO_PRODUCER_ID  # InitProducerId retries compare the epoch only
         current = (meta.producer_id, meta.producer_epoch)
         if is_epoch_exhausted(meta.producer_epoch) and expected in (None, current):
             new.prev_producer_id = meta.producer_id  # a retry may still name the old id
@@ -119,9 +151,15 @@ class TransactionCoordinator(CoordinatorBase):
         # An ongoing transaction's epoch is at most Short.MaxValue - 1 (an exhausted id is
         # rotated before it starts one), so the bump cannot overflow.
         new.producer_epoch = min(meta.producer_epoch + 1, MAX_EPOCH)
-        new.last_producer_epoch = NO_PRODUCER_EPOCH
+        new.last_producer_id, new.last_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         new.prev_producer_id = NO_PRODUCER_ID  # not a client's EndTxn: no retry may match it
-        new.next_producer_id = NO_PRODUCER_ID
+        # Written as no client's version, so a restarted coordinator does not take this abort
+        # for a version-2 client's EndTxn and recognise retries of it.
+        new.client_transaction_version = 0
+        if not meta.is_kept:
+            new.next_producer_id, new.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        # A kept transaction's client-facing identity stays NextProducerId/NextProducerEpoch;
+        # the abort completes to it, so no id or epoch ever goes back.
         log.info("event=txn_fence transactional_id=%r producer_id=%d epoch=%d",
                  meta.transactional_id, new.producer_id, new.producer_epoch)
         return self._prepare_end(new, commit=False, now_ms=now_ms)
@@ -174,6 +212,10 @@ class TransactionCoordinator(CoordinatorBase):
             return error
         if meta.state.is_prepare or meta.state is TxnState.PREPARE_EPOCH_FENCE:
             return E.concurrent_transactions
+        if meta.is_kept:
+            # KIP-939: after KeepPreparedTxn only commit/abort may follow; a write under the new
+            # identity would get no marker (the markers carry the kept transaction's id).
+            return E.invalid_txn_state
         wanted = set(partitions)
         if not wanted or (meta.state is TxnState.ONGOING and wanted <= meta.partitions):
             return E.none  # nothing new: no record
@@ -194,6 +236,13 @@ class TransactionCoordinator(CoordinatorBase):
         if not transactional_id:
             return dict.fromkeys(partitions, E.invalid_request)
         meta = self._txns.get(transactional_id)
+        if meta is not None and meta.is_kept:
+            # The kept transaction takes no more writes: from its new owner (only commit/abort
+            # may follow) nor from an older instance, which that owner fenced.
+            if (producer_id, producer_epoch) == meta.client_identity:
+                return dict.fromkeys(partitions, E.invalid_txn_state)
+            if producer_id in (meta.producer_id, meta.next_producer_id):
+                return dict.fromkeys(partitions, E.producer_fenced)
         if meta is None or meta.producer_id != producer_id:
             return dict.fromkeys(partitions, E.invalid_producer_id_mapping)
         if meta.producer_epoch != producer_epoch:
@@ -219,7 +268,7 @@ class TransactionCoordinator(CoordinatorBase):
         retry = (bump_epoch and meta.client_transaction_version >= 2
                  and (state.is_prepare or state.is_complete)
                  and meta.last_producer_epoch >= 0
-                 and (producer_id, producer_epoch) == (meta.prev_producer_id,
+                 and (producer_id, producer_epoch) == (meta.last_producer_id,
                                                        meta.last_producer_epoch))
         if not retry:
             error = _check_identity(meta, producer_id, producer_epoch)
@@ -246,10 +295,13 @@ class TransactionCoordinator(CoordinatorBase):
     def _end_ongoing(self, meta: TxnMetadata, commit: bool, bump_epoch: bool,
                      now_ms: int) -> EndResult:
         new = meta.copy()
-        if bump_epoch:
+        if meta.is_kept:
+            end_kept(new, bump_epoch, self.producer_ids.generate)
+        elif bump_epoch:
             self._bump_for_end(new)
         else:
             new.client_transaction_version = 0
+            new.last_producer_id, new.last_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         markers = self._prepare_end(new, commit=commit, now_ms=now_ms)
         log.debug("event=txn_end transactional_id=%r producer_id=%d epoch=%d commit=%s "
                  "partitions=%d", new.transactional_id, new.producer_id, new.producer_epoch,
@@ -268,16 +320,16 @@ class TransactionCoordinator(CoordinatorBase):
         # KIP-890: Prepare is written with epoch + 1 (the markers carry it). When the epoch is
         # exhausted the client gets NextProducerId with epoch 0 instead, once the markers are out.
         if is_epoch_exhausted(new.producer_epoch):
-            new.next_producer_id = self.producer_ids.generate()
-        new.prev_producer_id = new.producer_id
-        new.last_producer_epoch = new.producer_epoch
+            new.next_producer_id, new.next_producer_epoch = self.producer_ids.generate(), 0
+        new.last_producer_id, new.last_producer_epoch = new.producer_id, new.producer_epoch
+        new.prev_producer_id = NO_PRODUCER_ID  # the client's id is the record's (the seed's -1)
         new.producer_epoch = min(new.producer_epoch + 1, MAX_EPOCH)
         new.client_transaction_version = 2
 
     @staticmethod
     def _end_answer(new: TxnMetadata, bump_epoch: bool, markers: TxnMarkers | None) -> EndResult:
         if bump_epoch and new.next_producer_id != NO_PRODUCER_ID:
-            return EndResult(E.none, new.next_producer_id, 0, markers)
+            return EndResult(E.none, new.next_producer_id, new.next_producer_epoch, markers)
         return EndResult(E.none, new.producer_id, new.producer_epoch, markers)
 
     # -- markers, timers --------------------------------------------------------------------------
@@ -304,13 +356,15 @@ class TransactionCoordinator(CoordinatorBase):
 
     def tick(self, now_ms: int) -> list[TxnMarkers]:
         """Abort timed-out transactions (fencing the producer) and expire idle transactional ids.
+        A 2PC transaction (KIP-939, timeout -1) never times out: only its client or an
+        operator's InitProducerId ends it.
 
         Returns the abort markers the broker must write (then `markers_written`)."""
         markers: list[TxnMarkers] = []
         expiration = self.config.transactional_id_expiration_ms
         for txn_id, meta in sorted(self._txns.items()):
             try:
-                if (meta.state is TxnState.ONGOING
+                if (meta.state is TxnState.ONGOING and not meta.is_two_phase
                         and now_ms > meta.txn_start_ms + meta.txn_timeout_ms):
                     log.info("event=txn_timeout transactional_id=%r producer_id=%d epoch=%d "
                              "started_ms=%d timeout_ms=%d", txn_id, meta.producer_id,
@@ -334,33 +388,41 @@ def _valid_producer_id(meta: TxnMetadata, producer_id: int, producer_epoch: int)
     """Kafka's isValidProducerId for InitProducerId with a producer id (KIP-360)."""
     return (meta.producer_epoch == NO_PRODUCER_EPOCH  # just created: any id may recover
             or producer_id == meta.producer_id
+            or (meta.is_kept and producer_id == meta.next_producer_id)
             # a retry after the exhausted id was rotated
             or (producer_id == meta.prev_producer_id and is_epoch_exhausted(producer_epoch)))
 
 
 def _check_identity(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> ErrorCode | None:
     """KIP-98 steps 1-2 of AddPartitionsToTxn/AddOffsetsToTxn/EndTxn."""
-    if producer_id != meta.producer_id:
-        if (meta.state.is_prepare and producer_id == meta.next_producer_id
-                and producer_epoch == 0):
-            # A version-2 client already got the rotated id with its EndTxn answer while the
-            # markers are still being written: ask it to retry, as with the same id.
-            return E.concurrent_transactions
+    if (meta.state.is_prepare and meta.next_producer_id != NO_PRODUCER_ID
+            and (producer_id, producer_epoch) == (meta.next_producer_id,
+                                                  meta.next_producer_epoch)):
+        # The client already got its next identity with its EndTxn answer while the markers
+        # are still being written: ask it to retry, as with the same id.
+        return E.concurrent_transactions
+    current_id, current_epoch = meta.client_identity
+    if producer_id != current_id:
+        if meta.is_kept and producer_id == meta.producer_id:
+            return E.producer_fenced  # an older instance: KeepPreparedTxn moved the identity on
         return E.invalid_producer_id_mapping
-    if producer_epoch != meta.producer_epoch:
+    if producer_epoch != current_epoch:
         return E.producer_fenced
     return None
 
 
 def _completed(prepared: TxnMetadata, now_ms: int) -> TxnMetadata:
-    """PrepareX -> CompleteX: partitions cleared; an overflowed id rotates to NextProducerId."""
+    """PrepareX -> CompleteX: partitions cleared; the client-facing identity (a rotated id, a
+    kept transaction's owner) becomes ProducerId/ProducerEpoch."""
     done = prepared.copy()
     done.transition(TxnState.COMPLETE_COMMIT if prepared.state is TxnState.PREPARE_COMMIT
                     else TxnState.COMPLETE_ABORT)
     done.partitions.clear()
     done.txn_last_update_ms = now_ms
     if done.next_producer_id != NO_PRODUCER_ID:
-        done.producer_id = done.next_producer_id
-        done.producer_epoch = 0
-        done.next_producer_id = NO_PRODUCER_ID
+        done.producer_id, done.producer_epoch = done.next_producer_id, done.next_producer_epoch
+        done.next_producer_id, done.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+    client = done.last_producer_id
+    done.prev_producer_id = client if client not in (NO_PRODUCER_ID, done.producer_id) \
+        else NO_PRODUCER_ID
     return done

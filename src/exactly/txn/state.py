@@ -10,6 +10,7 @@ from exactly.protocol.errors import ErrorCode
 MAX_EPOCH = 32767  # Short.MaxValue
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
+NO_TIMEOUT = -1  # TransactionTimeoutMs of a 2PC transaction (KIP-939): it never times out
 
 TopicPartition = tuple[str, int]
 
@@ -93,24 +94,28 @@ class TxnMetadata:
     txn_last_update_ms: int
     txn_start_ms: int = -1
     partitions: set[TopicPartition] = field(default_factory=set)
-    # The producer id the client used in its last EndTxn (transaction version 2) or, after an
-    # InitProducerId that rotated an exhausted id, the old id (a retry may still name it).
+    # Set by an EndTxn whose client identity differs from ProducerId of the record (the client's
+    # id, so a retry is recognised) or, after an InitProducerId that rotated an exhausted id, the
+    # old id (a retry may still name it). -1 otherwise: the seed's PrevProducerId.
     prev_producer_id: int = NO_PRODUCER_ID
-    # Set while a version-2 transaction ends with an exhausted epoch: the id the client gets.
+    # The client-facing identity while it differs from ProducerId/ProducerEpoch (KIP-939): in
+    # PrepareX, the identity the client continues with (an exhausted epoch rotated to a new id,
+    # or a kept transaction's newer identity); in Ongoing, set only by InitProducerId with
+    # KeepPreparedTxn: the transaction keeps ProducerId/ProducerEpoch (its markers use them),
+    # the client got NextProducerId/NextProducerEpoch.
     next_producer_id: int = NO_PRODUCER_ID
-    # Not in the log (as in Kafka): the epoch a retried InitProducerId/EndTxn may still carry.
+    next_producer_epoch: int = NO_PRODUCER_EPOCH
+    # Not in the log (as in Kafka): the identity a retried InitProducerId/EndTxn may still carry.
     last_producer_epoch: int = NO_PRODUCER_EPOCH
+    last_producer_id: int = NO_PRODUCER_ID
     client_transaction_version: int = 0
-    # Room for KIP-939 (2PC): enable_2pc / keep_prepared_txn and a second, "ongoing" producer
-    # id/epoch pair will be added here as further fields with defaults (and tagged fields in the
-    # log value), leaving the rules above unchanged.
 
     def copy(self) -> TxnMetadata:
         return TxnMetadata(
             self.transactional_id, self.producer_id, self.producer_epoch, self.txn_timeout_ms,
             self.state, self.txn_last_update_ms, self.txn_start_ms, set(self.partitions),
-            self.prev_producer_id, self.next_producer_id, self.last_producer_epoch,
-            self.client_transaction_version)
+            self.prev_producer_id, self.next_producer_id, self.next_producer_epoch,
+            self.last_producer_epoch, self.last_producer_id, self.client_transaction_version)
 
     def transition(self, new_state: TxnState) -> None:
         if self.state not in VALID_PREVIOUS[new_state]:
@@ -121,6 +126,24 @@ class TxnMetadata:
 
     def sorted_partitions(self) -> list[TopicPartition]:
         return sorted(self.partitions)
+
+    @property
+    def is_kept(self) -> bool:
+        """An ongoing transaction kept by InitProducerId(KeepPreparedTxn): its producer id/epoch
+        are not the client's any more."""
+        return self.state is TxnState.ONGOING and self.next_producer_id != NO_PRODUCER_ID
+
+    @property
+    def is_two_phase(self) -> bool:
+        """Initialized with Enable2Pc: no timeout (KIP-939 stores -1)."""
+        return self.txn_timeout_ms == NO_TIMEOUT
+
+    @property
+    def client_identity(self) -> tuple[int, int]:
+        """The producer id and epoch the current client instance holds."""
+        if self.is_kept:
+            return self.next_producer_id, self.next_producer_epoch
+        return self.producer_id, self.producer_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +172,9 @@ class InitResult:
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
     markers: TxnMarkers | None = None
+    # KIP-939 (InitProducerId v6): the kept transaction's identity, -1/-1 if none was kept.
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)

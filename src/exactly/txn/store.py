@@ -37,23 +37,42 @@ def to_value(meta: TxnMetadata) -> TxnLogValue:
     return TxnLogValue(meta.producer_id, meta.producer_epoch, meta.txn_timeout_ms, int(meta.state),
                        partitions, meta.txn_last_update_ms, meta.txn_start_ms,
                        meta.prev_producer_id, meta.next_producer_id,
-                       meta.client_transaction_version)
+                       meta.client_transaction_version, meta.next_producer_epoch)
 
 
 def from_value(transactional_id: str, v: TxnLogValue) -> TxnMetadata:
     state = TxnState(v.status)
     partitions = {(t, p) for t, ids in (v.partitions or ()) for p in ids}
+    next_epoch = v.next_producer_epoch
+    if v.next_producer_id >= 0 and next_epoch < 0:
+        next_epoch = 0  # written before KIP-939: NextProducerId only came with an epoch of 0
     meta = TxnMetadata(transactional_id, v.producer_id, v.producer_epoch, v.txn_timeout_ms, state,
                        v.last_update_ms, v.start_ms, partitions, v.prev_producer_id,
-                       v.next_producer_id, client_transaction_version=v.client_transaction_version)
-    # The last epoch is not in the log. A version-2 EndTxn recorded the client's id as
-    # PrevProducerId; the epoch it used is one below the bumped one (or Short.MaxValue - 1 when the
-    # id was rotated), so a retry of that EndTxn is still recognised after a restart.
-    if (v.client_transaction_version >= 2 and v.prev_producer_id >= 0
-            and (state.is_prepare or state.is_complete)):
-        meta.last_producer_epoch = (v.producer_epoch - 1 if v.producer_id == v.prev_producer_id
-                                    else MAX_EPOCH - 1)
+                       v.next_producer_id, next_epoch,
+                       client_transaction_version=v.client_transaction_version)
+    if v.client_transaction_version >= 2 and (state.is_prepare or state.is_complete):
+        meta.last_producer_id, meta.last_producer_epoch = _ended_by(meta)
     return meta
+
+
+def _ended_by(meta: TxnMetadata) -> tuple[int, int]:
+    """The identity the client used in the version-2 EndTxn that wrote this PrepareX/CompleteX
+    (it is not in the log, as in Kafka), so that a retry of that EndTxn is still recognised after
+    a restart. The coordinator's own aborts (timeout, fence) are written with
+    ClientTransactionVersion 0 and never get here."""
+    client_id = meta.prev_producer_id if meta.prev_producer_id >= 0 else meta.producer_id
+    if meta.state.is_prepare:
+        if meta.next_producer_id < 0:
+            return client_id, meta.producer_epoch - 1  # the bump of KIP-890
+        if meta.next_producer_id == client_id:
+            # A kept transaction's commit (KIP-939): the client goes on with its id, one up.
+            return client_id, meta.next_producer_epoch - 1
+    elif client_id == meta.producer_id:
+        return client_id, meta.producer_epoch - 1
+    # The client's epoch was exhausted and its id rotated. A vanilla client holds at most
+    # Short.MaxValue - 1; one that got Short.MaxValue from InitProducerId(KeepPreparedTxn) is
+    # recognised by the coordinator's memory only, not after a restart.
+    return client_id, MAX_EPOCH - 1
 
 
 class TxnLog:

@@ -34,25 +34,47 @@ def _for_version(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
 
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    # v6 (KIP-939); older versions have neither field.
+    enable_2pc = bool(getattr(request, "enable2_pc", False))
+    keep_prepared_txn = bool(getattr(request, "keep_prepared_txn", False))
     if request.transactional_id is None:
+        if enable_2pc or keep_prepared_txn:
+            return _init_response(ctx, ErrorCode.invalid_request)  # 2PC needs a transactional id
         # An idempotent producer gets a new id each time, as in Kafka.
-        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                            producer_id=broker.producer_ids.generate(), producer_epoch=0)
+        return _init_response(ctx, ErrorCode.none, broker.producer_ids.generate(), 0)
+    if enable_2pc and not broker.config["transaction.two.phase.commit.enable"]:
+        # The seed: with the broker setting off, 2PC is refused as unauthorized, ACLs or not.
+        return _init_response(ctx, ErrorCode.transactional_id_authorization_failed)
     txn_id = request.transactional_id
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
-    result = broker.txn.init_producer_id(txn_id, timeout_ms, pid, epoch, now_ms=broker.now_ms())
+
+    def init() -> Any:
+        return broker.txn.init_producer_id(txn_id, timeout_ms, pid, epoch, now_ms=broker.now_ms(),
+                                           enable_2pc=enable_2pc,
+                                           keep_prepared_txn=keep_prepared_txn)
+
+    result = init()
     if result.markers is not None:
         # The previous instance left a transaction open: it is aborted with a bumped epoch
         # (fencing it), then the new instance gets its epoch.
         await finish(broker, result.markers)
-        result = broker.txn.init_producer_id(txn_id, timeout_ms, pid, epoch, now_ms=broker.now_ms())
-    if result.error == ErrorCode.none:
-        await broker.sync([broker.txn.log_for(txn_id)])
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=_for_version(ctx, result.error),
-                        producer_id=result.producer_id if result.error == ErrorCode.none else -1,
-                        producer_epoch=result.producer_epoch if result.error == ErrorCode.none else -1)
+        result = init()
+    if result.error != ErrorCode.none:
+        return _init_response(ctx, _for_version(ctx, result.error))
+    await broker.sync([broker.txn.log_for(txn_id)])
+    return _init_response(ctx, ErrorCode.none, result.producer_id, result.producer_epoch,
+                          result.ongoing_producer_id, result.ongoing_producer_epoch)
+
+
+def _init_response(ctx: RequestContext, error: ErrorCode, producer_id: int = -1,
+                   producer_epoch: int = -1, ongoing_producer_id: int = -1,
+                   ongoing_producer_epoch: int = -1) -> Any:
+    # OngoingTxnProducerId/OngoingTxnEpoch exist from v6 on; build() drops them before.
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error, producer_id=producer_id,
+                        producer_epoch=producer_epoch, ongoing_txn_producer_id=ongoing_producer_id,
+                        ongoing_txn_producer_epoch=ongoing_producer_epoch)
 
 
 def _known_partitions(ctx: RequestContext, topics: Any) -> tuple[list[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
