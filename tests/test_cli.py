@@ -47,7 +47,7 @@ def topic_name() -> str:
         (["--set", "num.partitions=0"], "num.partitions='0'"),
         (["--set", "log.flush.policy=sometimes"], "log.flush.policy='sometimes'"),
         (["--set", "zookeeper.connect=localhost:2181"], "unknown config key 'zookeeper.connect'"),
-        (["--set", "listeners=SSL://127.0.0.1:0"], "security comes in a later release"),
+        (["--set", "listeners=SSL://127.0.0.1:0"], "ssl.keystore.location"),
     ],
 )
 def test_bad_setting_exits_2_naming_the_key(tmp_path, args, named):

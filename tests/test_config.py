@@ -319,16 +319,20 @@ def test_typed_access_of_unknown_key_is_a_key_error():
         ("listeners", "127.0.0.1:9092", "NAME://HOST:PORT"),
         ("listeners", "PLAINTEXT://host", "NAME://HOST:PORT"),
         ("listeners", "PLAINTEXT://host:70000", "0 and 65535"),
-        ("listeners", "SSL://host:9093", "security comes in a later release"),
-        ("listeners", "SASL_PLAINTEXT://host:9093", "security comes in a later release"),
-        ("listeners", "SASL_SSL://host:9093", "security comes in a later release"),
+        ("listeners", "SSL://host:9093", "ssl.keystore.location"),
+        ("listeners", "SASL_SSL://host:9093", "ssl.keystore.location"),
+        ("listeners", "PLAINTEXT://a:1,SASL_PLAINTEXT://b:1", "share a port"),
         ("listeners", "INTERNAL://host:9093", "use PLAINTEXT"),
         ("listeners", "PLAINTEXT://a:1,PLAINTEXT://b:2", "different name"),
         ("listeners", "", "at least one listener"),
         ("advertised.listeners", "PLAINTEXT://0.0.0.0:9092", "cannot be advertised"),
         ("advertised.listeners", "PLAINTEXT://:9092", "cannot be advertised"),
         ("advertised.listeners", "PLAINTEXT://[::]:9092", "cannot be advertised"),
-        ("advertised.listeners", "SSL://h:1", "security comes in a later release"),
+        ("advertised.listeners", "SSL://h:1", "not in listeners"),
+        ("sasl.enabled.mechanisms", "GSSAPI", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+        ("sasl.plain.users", "alice", "USER:PASSWORD"),
+        ("ssl.client.auth", "maybe", "none, requested, required"),
+        ("ssl.keystore.type", "JKS", "PEM"),
         ("num.io.threads", "0", "from 1"),
     ],
 )
@@ -383,9 +387,21 @@ def test_session_timeout_bounds_must_be_ordered():
 
 
 def test_advertised_listener_name_must_be_a_listener():
-    # Only PLAINTEXT exists, so this cannot fail today; the check is still wired.
     c = config(advertised_listeners="PLAINTEXT://h:1")
     assert c.advertised_listener == ("h", 1)
+    with pytest.raises(ConfigError, match="listener SASL_PLAINTEXT is not in listeners"):
+        config(advertised_listeners="SASL_PLAINTEXT://h:1")
+
+
+def test_several_listeners_each_advertised():
+    c = config(listeners="PLAINTEXT://0.0.0.0:9092,SASL_PLAINTEXT://0.0.0.0:9093",
+               advertised_listeners="PLAINTEXT://a:9092,SASL_PLAINTEXT://b:19093",
+               sasl_plain_users="alice:secret,bob:p:w")
+    assert [lst.name for lst in c.listeners] == ["PLAINTEXT", "SASL_PLAINTEXT"]
+    assert c.advertised_for("SASL_PLAINTEXT") == ("b", 19093)
+    assert c.plain_users == {"alice": "secret", "bob": "p:w"}
+    entries = {e.name: e for e in c.items()}
+    assert entries["sasl.plain.users"].is_sensitive and entries["sasl.plain.users"].value is None
 
 
 # -- meta.properties ---------------------------------------------------------------------------

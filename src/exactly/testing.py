@@ -29,11 +29,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
 LISTENING = re.compile(r"Exactly broker listening on (?P<host>\S+):(?P<port>\d+)")
+LISTENER = re.compile(r"Exactly broker listener (?P<name>\w+) on (?P<host>\S+):(?P<port>\d+)")
 KEEP_ENV = "EXACTLY_KEEP_BROKER_DATA"  # set to 1 to keep temporary data dirs for a post-mortem
 
 
@@ -86,6 +88,8 @@ class EmbeddedBroker:
         self.port: int = port
         self.process: subprocess.Popen[bytes] | None = None
         self.stdout_lines: list[str] = []
+        # {listener name: (host, port)} as bound, e.g. {"SASL_SSL": ("127.0.0.1", 40123)}
+        self.listener_addresses: dict[str, tuple[str, int]] = {}
         self.starts = 0
         self._reader: threading.Thread | None = None
         self._listening = threading.Event()
@@ -97,6 +101,11 @@ class EmbeddedBroker:
     def bootstrap(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    def address(self, listener: str) -> str:
+        """HOST:PORT of the named listener (settings={"listeners": "SASL_SSL://127.0.0.1:0"})."""
+        host, port = self.listener_addresses[listener]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     @property
     def running(self) -> bool:
@@ -199,14 +208,27 @@ class EmbeddedBroker:
             "broker",
             "--data-dir",
             str(self.data_dir),
-            "--listen",
-            f"{host}:{port}",
         ]
+        if "listeners" not in self.settings:
+            cmd += ["--listen", f"{host}:{port}"]
         if self.config_file is not None:
             cmd += ["--config", str(self.config_file)]
         for key, value in self.settings.items():
+            if key == "listeners":
+                value = self._listeners_again(value)
             cmd += ["--set", f"{key}={value}"]
         return cmd
+
+    def _listeners_again(self, text: str) -> str:
+        """listeners with each port 0 replaced by the port bound before, so restarts keep them."""
+        out = []
+        for part in text.split(","):
+            name, _, rest = part.strip().partition("://")
+            bound = self.listener_addresses.get(name.upper())
+            if bound is not None and rest.endswith(":0"):
+                part = f"{name}://{rest[:-2]}:{bound[1]}"
+            out.append(part.strip())
+        return ",".join(out)
 
     def _note(self, text: str) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -275,6 +297,9 @@ class EmbeddedBroker:
             for raw in stream:
                 line = raw.decode(errors="replace")
                 self.stdout_lines.append(line)
+                named = LISTENER.search(line)
+                if named:
+                    self.listener_addresses[named["name"]] = (named["host"], int(named["port"]))
                 if not listening.is_set():
                     m = LISTENING.search(line)
                     if m:
@@ -286,6 +311,43 @@ class EmbeddedBroker:
         if self._reader is not None:
             self._reader.join(5)
             self._reader = None
+
+
+@dataclass(frozen=True)
+class TestCertificates:
+    """PEM files for TLS tests, made by make_test_certificates()."""
+
+    __test__ = False  # not a pytest test class
+
+    ca: Path  # the CA certificate: ssl.ca.location / ssl.truststore.location
+    server: Path  # server certificate (CN=localhost, SAN localhost + 127.0.0.1) and key
+    client_cert: Path  # a client certificate, subject CN=alice,O=Exactly, signed by the CA
+    client_key: Path
+    client_principal: str = "User:CN=alice,O=Exactly"
+
+
+def make_test_certificates(directory: str | os.PathLike[str]) -> TestCertificates:
+    """A throwaway CA, a server certificate for localhost/127.0.0.1 and a client certificate,
+    made with the openssl command (EC P-256 keys, unencrypted)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
+        "-subj", "/CN=Exactly Test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n"
+                                  "extendedKeyUsage=serverAuth\n")
+    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for name, subject in (("server", "/CN=localhost"), ("client", "/O=Exactly/CN=alice")):
+        run("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject)
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", f"{name}.crt", "-days", "30", "-extfile", f"{name}.ext")
+    (d / "server.pem").write_text((d / "server.crt").read_text() + (d / "server.key").read_text())
+    return TestCertificates(d / "ca.pem", d / "server.pem", d / "client.crt", d / "client.key")
 
 
 def _text(value: Any) -> str:

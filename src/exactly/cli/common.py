@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Iterable
-from typing import NoReturn
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
 
 import click
 
@@ -43,3 +44,67 @@ def kafka_error_text(exc: BaseException) -> str:
         err = args[0]
         return f"{err.str()} ({err.name()})"
     return str(exc)
+
+
+# -- the commands that use Exactly's own admin client ------------------------------------------
+
+command_config_option = click.option(
+    "--command-config",
+    "command_config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="A properties file of client settings (security.protocol, sasl.mechanism, "
+    "sasl.username, sasl.password or sasl.jaas.config, ...), as Kafka's tools take.",
+)
+
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def client_settings(bootstrap: str, command_config: str | None, client_id: str) -> dict[str, Any]:
+    """bootstrap.servers and the command config's settings that Exactly's client knows. Kafka's
+    sasl.jaas.config gives the user name and password; other Java-only keys are skipped with a
+    warning, as Kafka's tools warn about unused settings."""
+    from exactly.client.config import _KEYS as CLIENT_KEYS
+    from exactly.server.config import ConfigError, read_properties_file
+
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "client.id": client_id}
+    if command_config is None:
+        return settings
+    try:
+        props = {k: v for k, (v, _where) in read_properties_file(command_config).items()}
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    jaas = props.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        options = dict(_JAAS_OPTION.findall(jaas))
+        for name in ("username", "password"):
+            if name in options:
+                props.setdefault(f"sasl.{name}", options[name].replace('\\"', '"'))
+    for key in sorted(props):
+        if key == "bootstrap.servers":
+            continue  # --bootstrap-server wins, as in Kafka's tools
+        if key in CLIENT_KEYS:
+            settings[key] = props[key]
+        else:
+            click.echo(f"warning: {command_config}: {key} is not a setting of Exactly's client; "
+                       "ignored", err=True)
+    return settings
+
+
+def open_admin(bootstrap: str, command_config: str | None, client_id: str) -> Any:
+    """Exactly's blocking Admin client, or a clean exit on a bad setting."""
+    from exactly.client import Admin, ConfigError
+
+    try:
+        return Admin(client_settings(bootstrap, command_config, client_id))
+    except ConfigError as exc:
+        fail(f"bad client settings: {exc}", 2)
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Columns separated by two spaces and padded, headers first, as kafka-transactions.sh."""
+    table = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
+    for r in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

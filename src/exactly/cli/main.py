@@ -8,9 +8,12 @@ import re
 import click
 
 from exactly import __version__
+from exactly.cli.acls import acls
 from exactly.cli.common import fail, parse_pairs
 from exactly.cli.console import consume, produce
 from exactly.cli.topics import topics
+from exactly.cli.transactions import transactions
+from exactly.cli.users import users
 
 _HOST_PORT = re.compile(r"(?P<host>\[[^\]]+\]|[^:\[\]]*):(?P<port>[0-9]{1,5})")
 
@@ -87,6 +90,9 @@ def broker(
 cli.add_command(topics)
 cli.add_command(produce)
 cli.add_command(consume)
+cli.add_command(transactions)
+cli.add_command(acls)
+cli.add_command(users)
 
 
 def main() -> None:

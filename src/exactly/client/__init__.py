@@ -8,6 +8,7 @@ from exactly.client.admin import Admin, AdminError, NewTopic
 from exactly.client.config import ClientConfig
 from exactly.client.consumer import Consumer, ConsumerRecord
 from exactly.client.errors import (
+    AuthenticationError,
     ConfigError,
     IllegalStateError,
     KafkaError,
@@ -25,6 +26,7 @@ from exactly.client.session_state import State
 __all__ = [
     "Admin",
     "AdminError",
+    "AuthenticationError",
     "ClientConfig",
     "ConfigError",
     "Consumer",

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import enum
+import hashlib
+import os
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from exactly.client._loop import LoopThread
 from exactly.client.cluster import COORDINATOR_TRANSACTION, Cluster, make_request, request_module
@@ -30,6 +33,139 @@ _COORDINATOR_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_avail
                       ErrorCode.coordinator_load_in_progress}
 
 TopicPartition = tuple[str, int]
+
+# API keys of the security calls (named here: the protocol layer's ApiKey may not list them yet).
+_DESCRIBE_ACLS, _CREATE_ACLS, _DELETE_ACLS = 29, 30, 31
+_DESCRIBE_USER_SCRAM_CREDENTIALS, _ALTER_USER_SCRAM_CREDENTIALS = 50, 51
+
+
+class ResourceType(enum.IntEnum):
+    """Kafka's ACL resource types (org.apache.kafka.common.resource.ResourceType)."""
+
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class PatternType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2  # filters only: literal, wildcard and prefixed patterns that match the name
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939
+
+
+class AclPermissionType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3
+
+
+class ScramMechanism(enum.IntEnum):
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+    @property
+    def mechanism_name(self) -> str:
+        """SASL's name for it: SCRAM-SHA-256, SCRAM-SHA-512."""
+        return self.name.replace("_", "-")
+
+    @classmethod
+    def parse(cls, name: str | ScramMechanism) -> ScramMechanism:
+        if isinstance(name, ScramMechanism):
+            return name
+        try:
+            mechanism = cls[name.strip().upper().replace("-", "_")]
+        except KeyError:
+            mechanism = cls.UNKNOWN
+        if mechanism is cls.UNKNOWN:
+            raise ValueError(f"unknown SCRAM mechanism {name!r}: SCRAM-SHA-256 or SCRAM-SHA-512")
+        return mechanism
+
+
+_SCRAM_HASHES = {ScramMechanism.SCRAM_SHA_256: "sha256", ScramMechanism.SCRAM_SHA_512: "sha512"}
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL: `principal` (User:name) from `host` ("*" for any) is allowed or denied
+    `operation` on the resources the pattern names."""
+
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+
+
+@dataclass(frozen=True, slots=True)
+class AclBindingFilter:
+    """Matches ACLs for describe_acls/delete_acls; None (or ANY) matches everything."""
+
+    resource_type: ResourceType = ResourceType.ANY
+    resource_name: str | None = None
+    pattern_type: PatternType = PatternType.ANY
+    principal: str | None = None
+    host: str | None = None
+    operation: AclOperation = AclOperation.ANY
+    permission_type: AclPermissionType = AclPermissionType.ANY
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialInfo:
+    mechanism: ScramMechanism
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialUpsertion:
+    """Set `user`'s credential for `mechanism`. The password never leaves the client: it is
+    salted and hashed here (KIP-554), with a random salt unless one is given."""
+
+    user: str
+    mechanism: ScramMechanism
+    password: str
+    iterations: int = 4096
+    salt: bytes | None = None
+
+    def salted_password(self, salt: bytes) -> bytes:
+        """SCRAM's SaltedPassword = Hi(password, salt, i): PBKDF2 with the mechanism's HMAC."""
+        return hashlib.pbkdf2_hmac(_SCRAM_HASHES[ScramMechanism.parse(self.mechanism)],
+                                   self.password.encode(), salt, self.iterations)
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialDeletion:
+    user: str
+    mechanism: ScramMechanism
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +276,22 @@ def _ms(value: datetime.timedelta | datetime.datetime | int) -> int:
         ms = round(value.timestamp() * 1000)
         return ms if ms > 0 else -1
     return int(value)
+
+
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _enum(kind: type[_E], value: int) -> _E:
+    """A wire value as the enum, UNKNOWN for a value this client does not know."""
+    try:
+        return kind(value)
+    except ValueError:
+        return kind(0)
+
+
+def _acl_text(a: AclBinding) -> str:
+    return (f"{a.permission_type.name} {a.principal} from {a.host} {a.operation.name} on "
+            f"{a.resource_type.name}:{a.pattern_type.name}:{a.resource_name}")
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
@@ -450,6 +602,111 @@ class AsyncAdmin:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
+    # -- ACLs and SCRAM credentials --------------------------------------------------------
+
+    async def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        acls = list(acls)
+        conn = await self.cluster.any_connection()
+        m = request_module(conn, _CREATE_ACLS)
+        response = await conn.send(make_request(conn, _CREATE_ACLS, creations=tuple(
+            build(m.AclCreation, resource_type=a.resource_type, resource_name=a.resource_name,
+                  resource_pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+                  operation=a.operation, permission_type=a.permission_type) for a in acls)))
+        _raise_failures({a: e for a, r in zip(acls, response.results, strict=False)
+                         if (e := _item_error(f"create ACL {_acl_text(a)}", r.error_code,
+                                              r.error_message))})
+
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        f = acl_filter or AclBindingFilter()
+        conn = await self.cluster.any_connection()
+        response = await conn.send(make_request(
+            conn, _DESCRIBE_ACLS, resource_type_filter=f.resource_type,
+            resource_name_filter=f.resource_name, pattern_type_filter=f.pattern_type,
+            principal_filter=f.principal, host_filter=f.host, operation=f.operation,
+            permission_type=f.permission_type))
+        if (e := _item_error("describe ACLs", response.error_code, response.error_message)):
+            raise e
+        return [AclBinding(_enum(ResourceType, r.resource_type), r.resource_name,
+                           _enum(PatternType, r.pattern_type), a.principal, a.host,
+                           _enum(AclOperation, a.operation),
+                           _enum(AclPermissionType, a.permission_type))
+                for r in response.resources for a in r.acls]
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        """Delete every ACL that matches one of the filters; returns the ACLs deleted."""
+        filters = list(filters)
+        conn = await self.cluster.any_connection()
+        m = request_module(conn, _DELETE_ACLS)
+        response = await conn.send(make_request(conn, _DELETE_ACLS, filters=tuple(
+            build(m.DeleteAclsFilter, resource_type_filter=f.resource_type,
+                  resource_name_filter=f.resource_name, pattern_type_filter=f.pattern_type,
+                  principal_filter=f.principal, host_filter=f.host, operation=f.operation,
+                  permission_type=f.permission_type) for f in filters)))
+        deleted: list[AclBinding] = []
+        failures: dict[Any, KafkaError] = {}
+        for i, r in enumerate(response.filter_results):
+            if (e := _item_error("delete ACLs", r.error_code, r.error_message)) is not None:
+                failures[i] = e
+                continue
+            for a in r.matching_acls:
+                binding = AclBinding(_enum(ResourceType, a.resource_type), a.resource_name,
+                                     _enum(PatternType, a.pattern_type), a.principal, a.host,
+                                     _enum(AclOperation, a.operation),
+                                     _enum(AclPermissionType, a.permission_type))
+                if (e := _item_error(f"delete ACL {_acl_text(binding)}", a.error_code,
+                                     a.error_message)) is not None:
+                    failures[binding] = e
+                else:
+                    deleted.append(binding)
+        _raise_failures(failures)
+        return deleted
+
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                              ) -> dict[str, list[ScramCredentialInfo]]:
+        """Each user's SCRAM mechanisms and iteration counts (never the credentials); every
+        user that has one when `users` is None."""
+        conn = await self.cluster.any_connection()
+        m = request_module(conn, _DESCRIBE_USER_SCRAM_CREDENTIALS)
+        wanted = None if users is None else tuple(build(m.UserName, name=u) for u in users)
+        response = await conn.send(make_request(conn, _DESCRIBE_USER_SCRAM_CREDENTIALS,
+                                                users=wanted))
+        if (e := _item_error("describe SCRAM credentials", response.error_code,
+                             response.error_message)):
+            raise e
+        out: dict[str, list[ScramCredentialInfo]] = {}
+        failures: dict[str, KafkaError] = {}
+        for r in response.results:
+            if (e := _item_error(f"describe SCRAM credentials of {r.user!r}", r.error_code,
+                                 r.error_message)) is not None:
+                failures[r.user] = e
+                continue
+            out[r.user] = [ScramCredentialInfo(_enum(ScramMechanism, c.mechanism), c.iterations)
+                           for c in r.credential_infos]
+        _raise_failures(failures)
+        return out
+
+    async def alter_user_scram_credentials(
+            self, alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion]
+    ) -> None:
+        conn = await self.cluster.any_connection()
+        m = request_module(conn, _ALTER_USER_SCRAM_CREDENTIALS)
+        upsertions, deletions = [], []
+        for a in alterations:
+            mechanism = ScramMechanism.parse(a.mechanism)
+            if isinstance(a, UserScramCredentialDeletion):
+                deletions.append(build(m.ScramCredentialDeletion, name=a.user, mechanism=mechanism))
+                continue
+            salt = a.salt if a.salt is not None else os.urandom(32)
+            upsertions.append(build(m.ScramCredentialUpsertion, name=a.user, mechanism=mechanism,
+                                    iterations=a.iterations, salt=salt,
+                                    salted_password=a.salted_password(salt)))
+        response = await conn.send(make_request(conn, _ALTER_USER_SCRAM_CREDENTIALS,
+                                                deletions=tuple(deletions),
+                                                upsertions=tuple(upsertions)))
+        _raise_failures({r.user: e for r in response.results
+                         if (e := _item_error(f"alter SCRAM credentials of {r.user!r}",
+                                              r.error_code, r.error_message))})
+
     async def close(self) -> None:
         await self.cluster.close()
 
@@ -516,6 +773,25 @@ class Admin:
 
     def force_terminate_transaction(self, transactional_id: str) -> None:
         self._loop.run(self._admin.force_terminate_transaction(transactional_id))
+
+    def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        self._loop.run(self._admin.create_acls(list(acls)))
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        return self._loop.run(self._admin.describe_acls(acl_filter))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        return self._loop.run(self._admin.delete_acls(list(filters)))
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, list[ScramCredentialInfo]]:
+        return self._loop.run(self._admin.describe_user_scram_credentials(
+            None if users is None else list(users)))
+
+    def alter_user_scram_credentials(
+            self, alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion]
+    ) -> None:
+        self._loop.run(self._admin.alter_user_scram_credentials(list(alterations)))
 
     def close(self) -> None:
         self._loop.run(self._admin.close())

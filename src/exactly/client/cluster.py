@@ -14,7 +14,8 @@ from typing import Any
 
 from exactly.client.config import ClientConfig
 from exactly.client.connection import BrokerConnection
-from exactly.client.errors import KafkaConnectionError, KafkaError
+from exactly.client.errors import AuthenticationError, KafkaConnectionError, KafkaError
+from exactly.client.security import security_from_config
 from exactly.protocol.apis import ApiKey, build, request_class
 from exactly.protocol.errors import ErrorCode, error_name
 
@@ -63,6 +64,7 @@ class Cluster:
         self._bootstrap_conn: BrokerConnection | None = None
         self._lock = asyncio.Lock()
         self._coordinators: dict[tuple[int, str], int] = {}
+        self.security = security_from_config(config)  # TLS/SASL settings, checked once
 
     # -- connections ----------------------------------------------------------------------
 
@@ -70,7 +72,8 @@ class Cluster:
         return await BrokerConnection.connect(
             host, port, client_id=self.config["client.id"],
             request_timeout_ms=self.config["request.timeout.ms"],
-            connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"])
+            connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"],
+            security=self.security)
 
     async def any_connection(self) -> BrokerConnection:
         """A live connection to some broker (a known one, else a bootstrap server)."""
@@ -84,14 +87,20 @@ class Cluster:
         if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
             return self._bootstrap_conn
         errors = []
+        refused: AuthenticationError | None = None
         servers = list(self.config.bootstrap)
         random.shuffle(servers)
         for host, port in servers:
             try:
                 self._bootstrap_conn = await self._open(host, port)
                 return self._bootstrap_conn
+            except AuthenticationError as exc:
+                refused = refused or exc
+                errors.append(str(exc))
             except KafkaError as exc:
                 errors.append(str(exc))
+        if refused is not None:  # wrong credentials or certificate: retrying will not help
+            raise refused
         raise KafkaConnectionError(f"no bootstrap server reachable: {'; '.join(errors)}")
 
     async def connection(self, node_id: int) -> BrokerConnection:

@@ -107,11 +107,21 @@ _KEYS: dict[str, _Key] = {
     "fetch.max.wait.ms": _Key(_int(0), 500),
     "max.partition.fetch.bytes": _Key(_int(1), 1_048_576),
     "partition.assignment.strategy": _Key(_choice("range", "roundrobin"), "range"),
-    # security (PLAINTEXT today; SASL arrives with the broker's authentication)
-    "security.protocol": _Key(_choice("PLAINTEXT", "SASL_PLAINTEXT"), "PLAINTEXT"),
+    # security: TLS and SASL (librdkafka's key names; Java's truststore name is accepted too)
+    "security.protocol": _Key(_choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+                              "PLAINTEXT"),
     "sasl.mechanism": _Key(_choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), "PLAIN"),
     "sasl.username": _Key(_optional_str, None),
     "sasl.password": _Key(_optional_str, None),
+    "ssl.ca.location": _Key(_optional_str, None),
+    "ssl.truststore.location": _Key(_optional_str, None),
+    # "none" (librdkafka) or "" (Java) turn off the host name check
+    "ssl.endpoint.identification.algorithm": _Key(
+        lambda v: "none" if str(v).strip() == "" else _choice("https", "none")(v), "https"),
+    "enable.ssl.certificate.verification": _Key(_bool, True),
+    "ssl.certificate.location": _Key(_optional_str, None),
+    "ssl.key.location": _Key(_optional_str, None),
+    "ssl.key.password": _Key(_optional_str, None),
 }
 
 

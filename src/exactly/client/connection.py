@@ -7,12 +7,20 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import struct
 from typing import Any
 
-from exactly.client.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from exactly.client.errors import (
+    AuthenticationError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
+from exactly.client.security import PLAINTEXT, Security, sasl_client
 from exactly.client.versions import CLIENT_VERSIONS
 from exactly.protocol.apis import ApiKey, api_name, build, request_class
+from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.framing import RequestHeader, decode_response, encode_request
 
 log = logging.getLogger("exactly.client")
@@ -43,17 +51,62 @@ class BrokerConnection:
 
     @classmethod
     async def connect(cls, host: str, port: int, *, client_id: str = "exactly",
-                      request_timeout_ms: int = 30_000, connect_timeout_ms: int = 10_000
-                      ) -> BrokerConnection:
+                      request_timeout_ms: int = 30_000, connect_timeout_ms: int = 10_000,
+                      security: Security = PLAINTEXT) -> BrokerConnection:
+        """Connect, wrap in TLS (SSL, SASL_SSL), negotiate versions, authenticate (SASL_*)."""
         conn = cls(host, port, client_id=client_id, request_timeout_ms=request_timeout_ms)
+        tls: dict[str, Any] = {}
+        if security.tls:
+            tls = {"ssl": security.ssl_context, "server_hostname": host,
+                   "ssl_handshake_timeout": connect_timeout_ms / 1000}
         try:
             conn._reader, conn._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=1 << 20), connect_timeout_ms / 1000)
+                asyncio.open_connection(host, port, limit=1 << 20, **tls), connect_timeout_ms / 1000)
+        except ssl.SSLError as exc:
+            raise AuthenticationError(
+                f"TLS handshake with {host}:{port} failed: {exc}; check ssl.ca.location (the CA "
+                "that signed the broker's certificate) and that the certificate names the host "
+                "(or set ssl.endpoint.identification.algorithm=none)") from exc
         except (OSError, TimeoutError) as exc:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
         conn._read_task = asyncio.create_task(conn._read_loop())
-        await conn._negotiate()
+        try:
+            await conn._negotiate()
+            if security.sasl:
+                await conn._authenticate(security)
+        except BaseException:
+            await conn.close()
+            raise
         return conn
+
+    async def _authenticate(self, security: Security) -> None:
+        """SaslHandshake v1, then SaslAuthenticate until the mechanism is done (KIP-152)."""
+        where = f"{self.host}:{self.port}"
+        if self.broker_max_version(ApiKey.SASL_AUTHENTICATE) < 0:
+            raise AuthenticationError(f"broker {where} does not offer SaslAuthenticate: is this a "
+                                      "SASL listener? (security.protocol=SASL_*)")
+        handshake = await self.send(build(request_class(ApiKey.SASL_HANDSHAKE, 1),
+                                          mechanism=security.mechanism))
+        if handshake.error_code != ErrorCode.none:
+            enabled = ", ".join(handshake.mechanisms) or "none"
+            raise AuthenticationError(
+                f"broker {where} refused SASL mechanism {security.mechanism} "
+                f"({error_name(handshake.error_code)}); it enables: {enabled}",
+                int(handshake.error_code))
+        client = sasl_client(security)
+        version = min(2, self.broker_max_version(ApiKey.SASL_AUTHENTICATE))
+        token: bytes | None = client.first()
+        while token is not None:
+            response = await self.send(build(request_class(ApiKey.SASL_AUTHENTICATE, version),
+                                             auth_bytes=token))
+            if response.error_code != ErrorCode.none:
+                raise AuthenticationError(
+                    f"authentication of {security.username!r} with {security.mechanism} at "
+                    f"{where} failed ({error_name(response.error_code)}): "
+                    f"{response.error_message or 'no reason given'}", int(response.error_code))
+            token = client.evaluate(response.auth_bytes)
+            if token is None and not client.complete:
+                raise AuthenticationError(f"{security.mechanism} exchange with {where} ended early")
 
     async def _negotiate(self) -> None:
         """ApiVersions: v3 first; a broker that does not know it answers v0 with its table."""

@@ -66,3 +66,8 @@ def raise_for(code: int, context: str) -> None:
     if code == ErrorCode.none:
         return
     raise KafkaError(f"{context}: {error_name(code)}", code)
+
+
+class AuthenticationError(KafkaError):
+    """TLS or SASL authentication failed (wrong password, unknown user, a mechanism the broker
+    does not enable, an untrusted certificate); the message names the cause. Not retriable."""

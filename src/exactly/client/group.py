@@ -85,7 +85,8 @@ class GroupCoordinatorClient:
                 self._conn = await BrokerConnection.connect(
                     shared.host, shared.port, client_id=self.config["client.id"],
                     request_timeout_ms=self.config["request.timeout.ms"],
-                    connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"])
+                    connect_timeout_ms=self.config["socket.connection.setup.timeout.ms"],
+                    security=self.cluster.security)
                 self._conn.node_id = shared.node_id
             return self._conn
 

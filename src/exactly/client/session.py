@@ -38,6 +38,7 @@ from exactly.client.cluster import (
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.connection import BrokerConnection
 from exactly.client.errors import (
+    AuthenticationError,
     ConfigError,
     KafkaConnectionError,
     KafkaError,
@@ -465,6 +466,9 @@ class AsyncTransactionSession:
                                         "retry") from None
             except KafkaConnectionError as exc:
                 code, kind, last = -1, Kind.REDISCOVER, str(exc)
+            except AuthenticationError as exc:  # TLS/SASL refused: retrying cannot help
+                self._machine.fail(exc)
+                raise
             except KafkaError as exc:  # FindCoordinator answered an error
                 code = exc.code
                 kind = classify(code, api, resumed=self._resumed)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from exactly.groups import GroupConfig, GroupCoordinator
 from exactly.log import LogManager, PartitionLog
 from exactly.server import network
+from exactly.server.acl import make_authorizer
+from exactly.server.auth import ScramCredentialStore
 from exactly.server.config import ConfigError, load_or_create_meta
 from exactly.server.flusher import Flusher
 from exactly.server.handlers import HANDLERS
@@ -38,6 +40,8 @@ class Broker:
         self.log_dir = config.log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = load_or_create_meta(config)
+        # None unless authorizer.class.name is set: then every request is allowed.
+        self.authorizer = make_authorizer(config)
         self.logs = LogManager(self.log_dir, config.log_config())
         self.groups = GroupCoordinator(
             self.logs,
@@ -69,7 +73,11 @@ class Broker:
         self.advertised_port = 0
         self._append_waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
         self._server: asyncio.Server | None = None
+        self.listeners: list[tuple[asyncio.Server, Any]] = []
+        self.scram_credentials = ScramCredentialStore(self.log_dir)
         self._tasks: list[asyncio.Task[None]] = []
+        self._metrics: Any = None  # exactly.server.metrics.MetricsServer when metrics.listen is set
+        self.metrics_enabled = bool(config["metrics.listen"])
 
     # -- time, durability, wake-ups -------------------------------------------------------
 
@@ -110,22 +118,30 @@ class Broker:
 
     async def start(self) -> tuple[str, int]:
         await recover(self)  # before any client: no transaction is left half-finished
-        host, port = self.config.listener
-        self._server = await network.start_server(self, host, port)
+        self.listeners = await network.start_listeners(self)  # [(server, ListenerRuntime)]
+        self._server, first = self.listeners[0]
         sock = self._server.sockets[0].getsockname()
         bound_host, bound_port = sock[0], sock[1]
-        advertised = self.config.advertised_listener
-        if advertised is not None and advertised[1] != 0:
-            self.advertised_host, self.advertised_port = advertised
-        else:
-            adv_host = advertised[0] if advertised else bound_host
-            self.advertised_host = "127.0.0.1" if adv_host in ("0.0.0.0", "::", "") else adv_host
-            self.advertised_port = bound_port
+        # What a handler without a connection's listener advertises: the first listener.
+        self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
         self._tasks.append(asyncio.create_task(self._tick_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._transaction_timeout_loop()))
         self._tasks.append(asyncio.create_task(self._producer_expiration_loop()))
+        await self._start_metrics()
         return bound_host, bound_port
+
+    async def _start_metrics(self) -> None:
+        """The Prometheus endpoint, if metrics.listen is set (prometheus-client loaded only then)."""
+        if not self.config["metrics.listen"]:
+            return
+        from exactly.server.metrics import MetricsServer, parse_listen
+
+        host, port = parse_listen(self.config["metrics.listen"])  # type: ignore[misc]
+        self._metrics = MetricsServer(self)
+        bound = await self._metrics.start(host, port)
+        print(f"Exactly metrics on http://{bound[0]}:{bound[1]}/metrics", flush=True)
+        log.info("metrics served on http://%s:%d/metrics", bound[0], bound[1])
 
     async def _tick_loop(self) -> None:
         while True:
@@ -170,11 +186,15 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         if self._server is not None:
+            for server, _ in self.listeners[1:]:
+                server.close()
             self._server.close()
             for conn in list(self.connections):
                 conn.writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
+        if self._metrics is not None:
+            await self._metrics.stop()
         self.logs.close()
 
 
@@ -185,6 +205,9 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    for server, listener in broker.listeners:  # before the line EmbeddedBroker waits for
+        bound = server.sockets[0].getsockname()
+        print(f"Exactly broker listener {listener.name} on {bound[0]}:{bound[1]}", flush=True)
     print(f"Exactly broker listening on {host}:{port}", flush=True)
     log.info("broker %d of cluster %s serving %s:%d, advertised %s:%d, data in %s",
              broker.node_id, broker.cluster_id, host, port, broker.advertised_host,

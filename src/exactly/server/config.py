@@ -32,7 +32,10 @@ CONFIG_SOURCE_DEFAULT = 5
 CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "LIST": 7}
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
-SECURITY_PROTOCOLS_LATER = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# Keys whose values DescribeConfigs hides, as Kafka hides PASSWORD keys.
+SENSITIVE_KEYS = frozenset({"sasl.plain.users", "ssl.key.password", "ssl.keystore.key"})
 
 
 class ConfigError(ValueError):
@@ -197,20 +200,15 @@ def parse_listeners(text: str) -> tuple[Listener, ...]:
                 f"{part!r} is not a listener; write NAME://HOST:PORT, e.g. PLAINTEXT://127.0.0.1:9092"
             )
         name = m["name"].upper()
-        if name in SECURITY_PROTOCOLS_LATER:
+        if name not in SECURITY_PROTOCOLS:
             raise ValueError(
-                f"{name} listeners are not supported yet: security comes in a later release; "
-                "use PLAINTEXT"
-            )
-        if name != "PLAINTEXT":
-            raise ValueError(
-                f"listener name {m['name']!r} is not supported; use PLAINTEXT "
-                "(listener.security.protocol.map is not supported)"
+                f"listener name {m['name']!r} is not supported; use PLAINTEXT, SSL, "
+                "SASL_PLAINTEXT or SASL_SSL (listener.security.protocol.map is not supported)"
             )
         if any(existing.name == name for existing in listeners):
             raise ValueError(
                 f"each listener needs a different name and {name} appears twice; "
-                "Exactly serves one PLAINTEXT listener"
+                "Exactly serves at most one listener per security protocol"
             )
         port = int(m["port"])
         if port > 65535:
@@ -251,11 +249,41 @@ def _parse_cluster_id(text: str) -> str:
     return text
 
 
+def _parse_mechanisms(text: str) -> tuple[str, ...]:
+    mechanisms = tuple(m.strip().upper() for m in text.split(",") if m.strip())
+    for m in mechanisms:
+        if m not in SASL_MECHANISMS:
+            raise ValueError(f"mechanism {m} is not supported; use {', '.join(SASL_MECHANISMS)}")
+    return mechanisms
+
+
+def _parse_plain_users(text: str) -> tuple[str, ...]:
+    users = tuple(item.strip() for item in text.split(",") if item.strip())
+    for item in users:
+        user, sep, _ = item.partition(":")
+        if not sep or not user:
+            raise ValueError("must be USER:PASSWORD pairs separated by commas, e.g. alice:secret")
+    return users
+
+
+def _parse_optional_str(text: str) -> str | None:
+    return text or None
+
+
 def _parse_replication_factor(text: str) -> int:
     value = _parse_int(INT_MIN, INT_MAX, None, None)(text)
     if value != 1:
         raise ValueError("must be 1: Exactly is a single broker (use Apache Kafka for replication)")
     return value
+
+
+def _parse_metrics_listen(text: str) -> str:
+    text = text.strip()
+    if text:
+        _host, sep, port = text.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise ValueError("must be HOST:PORT (port 0 picks a free port), or empty for none")
+    return text
 
 
 # -- the keys --------------------------------------------------------------------------------
@@ -277,6 +305,21 @@ def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[st
 
 def _long(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
     return _parse_int(LONG_MIN, LONG_MAX, minimum, maximum)
+
+
+def _parse_authorizer(text: str) -> str:
+    from exactly.server.acl import AUTHORIZER_CLASS_NAMES
+
+    if text and text not in AUTHORIZER_CLASS_NAMES:
+        raise ValueError(f"must be empty (no authorization) or {AUTHORIZER_CLASS_NAMES[0]}")
+    return text
+
+
+def _parse_super_users(text: str) -> str:
+    from exactly.server.acl import parse_super_users
+
+    parse_super_users(text)
+    return text
 
 
 _KEYS: tuple[Key, ...] = (
@@ -470,11 +513,102 @@ _KEYS: tuple[Key, ...] = (
         "clients that support it; 0 and 1 keep the original protocol.",
     ),
     Key(
+        "metrics.listen",
+        "STRING",
+        "",
+        _parse_metrics_listen,
+        "Where to serve Prometheus metrics over HTTP (GET /metrics), HOST:PORT; port 0 picks a "
+        "free port; empty (the default): no metrics endpoint.",
+    ),
+    Key(
         "cluster.id",
         "STRING",
         None,
         _parse_cluster_id,
         "The cluster id; default: generated once and kept in meta.properties of the log dir.",
+    ),
+    # -- authentication (TLS and SASL listeners) --
+    Key(
+        "sasl.enabled.mechanisms",
+        "LIST",
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        _parse_mechanisms,
+        "SASL mechanisms offered on SASL_PLAINTEXT and SASL_SSL listeners: PLAIN, SCRAM-SHA-256, "
+        "SCRAM-SHA-512.",
+    ),
+    Key(
+        "sasl.plain.users",
+        "LIST",
+        "",
+        _parse_plain_users,
+        "Exactly's own key (Kafka puts these in a JAAS file): the SASL/PLAIN users, "
+        "USER:PASSWORD pairs separated by commas, e.g. alice:secret,bob:pw. SCRAM users are "
+        "managed with AlterUserScramCredentials (`exactly users add-scram`) instead.",
+    ),
+    Key("ssl.keystore.type", "STRING", "PEM", _parse_enum(("PEM",)), "Only PEM is supported."),
+    Key(
+        "ssl.keystore.location",
+        "STRING",
+        None,
+        _parse_optional_str,
+        "PEM file with the server's certificate chain and private key, for SSL and SASL_SSL "
+        "listeners.",
+    ),
+    Key(
+        "ssl.keystore.certificate.chain",
+        "STRING",
+        None,
+        _parse_optional_str,
+        "The server's certificate chain in PEM, inline (instead of ssl.keystore.location).",
+    ),
+    Key(
+        "ssl.keystore.key",
+        "STRING",
+        None,
+        _parse_optional_str,
+        "The server's private key in PEM, inline (with ssl.keystore.certificate.chain).",
+    ),
+    Key("ssl.key.password", "STRING", None, _parse_optional_str,
+        "Password of an encrypted private key."),
+    Key("ssl.truststore.type", "STRING", "PEM", _parse_enum(("PEM",)), "Only PEM is supported."),
+    Key(
+        "ssl.truststore.location",
+        "STRING",
+        None,
+        _parse_optional_str,
+        "PEM file with the CA certificates that client certificates must be signed by.",
+    ),
+    Key(
+        "ssl.client.auth",
+        "STRING",
+        "none",
+        _parse_enum(("none", "requested", "required")),
+        "Whether TLS clients must present a certificate; its subject becomes the principal "
+        "(User:CN=...,O=...) on an SSL listener.",
+    ),
+    # -- authorization (ACLs) --
+    Key(
+        "authorizer.class.name",
+        "STRING",
+        "",
+        _parse_authorizer,
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer: check every request against "
+        "the ACLs (kept in acls.json in the log dir, changed with CreateAcls/DeleteAcls); empty "
+        "(the default): no authorization, every request is allowed.",
+    ),
+    Key(
+        "super.users",
+        "STRING",
+        "",
+        _parse_super_users,
+        "Principals allowed everything, separated by semicolons, e.g. User:admin;User:ops.",
+    ),
+    Key(
+        "allow.everyone.if.no.acl.found",
+        "BOOLEAN",
+        False,
+        _parse_bool,
+        "Allow a request on a resource that no ACL covers (else it is denied).",
     ),
     # Kafka's sample server.properties sets these two; Exactly runs one event loop, so they are
     # accepted (and checked) to let such a file load, and change nothing.
@@ -588,6 +722,22 @@ class BrokerConfig:
                 f"group.min.session.timeout.ms={lo} is above group.max.session.timeout.ms={hi}: "
                 "the minimum must not exceed the maximum"
             )
+        listeners = self._values["listeners"]
+        if any(lst.name in ("SSL", "SASL_SSL") for lst in listeners) and not (
+            self._values["ssl.keystore.location"]
+            or (self._values["ssl.keystore.certificate.chain"] and self._values["ssl.keystore.key"])
+        ):
+            raise ConfigError(
+                f"listeners={_render(listeners)!r} has a TLS listener but no server certificate: "
+                "set ssl.keystore.location (PEM with the certificate chain and private key)"
+            )
+        if any(lst.name.startswith("SASL_") for lst in listeners) and not self._values[
+            "sasl.enabled.mechanisms"
+        ]:
+            raise ConfigError("a SASL listener needs sasl.enabled.mechanisms (e.g. SCRAM-SHA-512)")
+        ports = [lst.port for lst in listeners if lst.port != 0]
+        if len(ports) != len(set(ports)):
+            raise ConfigError(f"listeners={_render(listeners)!r}: two listeners share a port")
         advertised = self._values["advertised.listeners"]
         if advertised is not None:
             names = {lst.name for lst in self._values["listeners"]}
@@ -668,6 +818,18 @@ class BrokerConfig:
             return None
         return advertised[0].host, advertised[0].port
 
+    def advertised_for(self, name: str) -> tuple[str, int] | None:
+        """(host, port) advertised.listeners gives for listener `name`, else None."""
+        for lst in self._values["advertised.listeners"] or ():
+            if lst.name == name:
+                return lst.host, lst.port
+        return None
+
+    @property
+    def plain_users(self) -> dict[str, str]:
+        """sasl.plain.users as {user: password}."""
+        return dict(item.partition(":")[::2] for item in self._values["sasl.plain.users"])
+
     @property
     def log_dir(self) -> Path:
         return Path(self._values["log.dirs"][0])
@@ -693,6 +855,8 @@ class BrokerConfig:
                 value = _render(self[name]) if explicit else None
             else:
                 value = _render(self._values[name])
+            if name in SENSITIVE_KEYS:
+                value = None
             out.append(
                 ConfigEntry(
                     name=name,
@@ -701,6 +865,7 @@ class BrokerConfig:
                     source=CONFIG_SOURCE_STATIC_BROKER if explicit else CONFIG_SOURCE_DEFAULT,
                     config_type=CONFIG_TYPE_IDS[key.type],
                     documentation=key.doc,
+                    is_sensitive=name in SENSITIVE_KEYS,
                 )
             )
         return out

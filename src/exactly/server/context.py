@@ -7,12 +7,13 @@ are registered per API key in `exactly.server.handlers.HANDLERS`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from exactly.protocol.apis import build, response_class, response_module
+from exactly.server.acl.model import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 
 if TYPE_CHECKING:
     from exactly.server.broker import Broker
@@ -26,6 +27,40 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str
+    session: Any = None  # the connection's exactly.server.auth.AuthSession (listener, SASL state)
+    principal: str = "User:ANONYMOUS"  # set by the connection once SASL/TLS authenticates
+
+    @property
+    def authorizing(self) -> bool:
+        """Is an authorizer configured? Lets a handler skip work that only a check needs."""
+        return getattr(self.broker, "authorizer", None) is not None
+
+    def authorize(self, operation: Operation, resource_type: ResourceType = ResourceType.CLUSTER,
+                  name: str = CLUSTER_NAME) -> bool:
+        """May this request's principal do `operation` on the resource? Always, without an
+        authorizer. E.g. ctx.authorize(Operation.ALTER) for a cluster-wide change."""
+        authorizer = getattr(self.broker, "authorizer", None)
+        return authorizer is None or authorizer.authorize(
+            self.principal, self.client_host, operation, resource_type, name)
+
+    def authorized(self, operation: Operation, resource_type: ResourceType,
+                   names: Iterable[str]) -> set[str]:
+        """The names among `names` this principal may do `operation` on."""
+        return {n for n in set(names) if self.authorize(operation, resource_type, n)}
+
+    def authorize_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        """May this principal do `operation` on at least one resource of the type?"""
+        authorizer = getattr(self.broker, "authorizer", None)
+        return authorizer is None or authorizer.authorize_any(
+            self.principal, self.client_host, operation, resource_type)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """Kafka's authorized-operations bit field of the resource for this principal."""
+        authorizer = getattr(self.broker, "authorizer", None)
+        if authorizer is None:
+            return sum(1 << op for op in SUPPORTED_OPERATIONS.get(resource_type, ()))
+        return int(authorizer.authorized_operations(self.principal, self.client_host,
+                                                    resource_type, name))
 
     @property
     def response_class(self) -> type:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -18,8 +19,12 @@ from typing import TYPE_CHECKING, Any
 from exactly.protocol import framing
 from exactly.protocol.apis import SUPPORTED, ApiKey, api_name, is_supported
 from exactly.protocol.framing import MalformedRequest
+from exactly.server.auth import AuthSession, ListenerRuntime
+from exactly.server.auth.session import SaslFailure
+from exactly.server.auth.tls import principal_of
 from exactly.server.context import RequestContext
 from exactly.server.handlers.api_versions import api_versions_response
+from exactly.server.metrics import timed
 
 if TYPE_CHECKING:
     from exactly.server.broker import Broker
@@ -33,7 +38,8 @@ Frame = bytes | None  # None: a request answered by no response (Produce with ac
 
 
 class Connection:
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 listener: ListenerRuntime | None = None):
         self.broker = broker
         self.reader = reader
         self.writer = writer
@@ -44,6 +50,18 @@ class Connection:
         self._pending: deque[asyncio.Future[Frame]] = deque()
         self._room = asyncio.Event()
         self._failed = False
+        listener = listener or ListenerRuntime("PLAINTEXT", broker.advertised_host,
+                                               broker.advertised_port)
+        # On an SSL listener the client certificate names the principal; with SASL, SASL does.
+        tls_principal = (principal_of(writer.get_extra_info("peercert"))
+                         if listener.name == "SSL" else None)
+        self.session = AuthSession(listener, mechanisms=broker.config["sasl.enabled.mechanisms"],
+                                   plain_users=broker.config.plain_users,
+                                   scram_store=broker.scram_credentials,
+                                   tls_principal=tls_principal)
+        # Requests are timed and counted (metrics.timed -> observe_request) only when the broker
+        # serves metrics (metrics.listen).
+        self._timed: Any = timed if broker.metrics_enabled else None
 
     async def serve(self) -> None:
         try:
@@ -92,10 +110,19 @@ class Connection:
 
     def _dispatch(self, frame: bytes) -> bool:
         """Start the request's handler; False when the connection must be closed."""
+        session = self.session
+        if session.raw_tokens_expected():
+            return self._raw_sasl_token(frame)
         try:
             api_key, api_version, correlation_id = framing.peek_header(frame)
         except MalformedRequest as exc:
             self._malformed(str(exc))
+            return False
+        if not session.authenticated and not session.allows_before_auth(api_key):
+            # As Kafka: anything but ApiVersions/SaslHandshake/SaslAuthenticate before
+            # authentication closes the connection.
+            log.warning("closing connection %s on %s listener: %s before SASL authentication",
+                        self.peer, session.listener.name, api_name(api_key))
             return False
         if not is_supported(api_key, api_version):
             if api_key == ApiKey.API_VERSIONS:
@@ -115,13 +142,16 @@ class Connection:
             self._malformed(f"{exc} (frame starts {bytes(frame[:256]).hex()})")
             return False
         ctx = RequestContext(self.broker, api_key, api_version, correlation_id,
-                             header.client_id, self.client_host)
+                             header.client_id, self.client_host, session=session,
+                             principal=session.principal)
         coro = self._run(ctx, self.broker.handlers[api_key], request)
+        if self._timed is not None:
+            coro = self._timed(api_key, len(frame) + 4, coro)
         try:
             waiting_on = coro.send(None)
         except StopIteration as done:
             self._answer(done.value)
-            return True
+            return not session.close_after_response  # a failed authentication
         except Exception:  # noqa: BLE001 - logged by _run; the client can't match a lost answer
             return False
         future = asyncio.ensure_future(_go_on(coro, waiting_on))
@@ -169,6 +199,17 @@ class Connection:
             if frame is not None and not self.writer.transport.is_closing():
                 self.writer.write(frame)
 
+    def _raw_sasl_token(self, frame: bytes) -> bool:
+        """After SaslHandshake v0, the SASL tokens come unwrapped, size-prefixed (as old Kafka
+        clients send them); a failure just closes the connection."""
+        try:
+            token = self.session.authenticate(frame)
+        except SaslFailure as exc:
+            log.warning("closing connection %s: %s", self.peer, exc)
+            return False
+        self._answer(framing.SIZE.pack(len(token)) + token)
+        return True
+
     def _malformed(self, reason: str) -> None:
         log.warning("closing connection %s: malformed request: %s", self.peer, reason)
 
@@ -190,13 +231,52 @@ async def _go_on(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> Frame:
             return done.value  # type: ignore[no-any-return]
 
 
-async def start_server(broker: Broker, host: str, port: int) -> asyncio.Server:
+async def start_server(broker: Broker, host: str, port: int,
+                       listener: ListenerRuntime | None = None,
+                       ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(broker, reader, writer)
+        conn = Connection(broker, reader, writer, listener)
         broker.connections.add(conn)
         try:
             await conn.serve()
         finally:
             broker.connections.discard(conn)
 
-    return await asyncio.start_server(on_connect, host, port, limit=1 << 20, backlog=512)
+    return await asyncio.start_server(on_connect, host, port, limit=1 << 20, backlog=512,
+                                      ssl=ssl_context,
+                                      ssl_handshake_timeout=10 if ssl_context else None)
+
+
+async def start_listeners(broker: Broker) -> list[tuple[asyncio.Server, ListenerRuntime]]:
+    """Bind every configured listener (each on its own port, TLS ones with the broker's
+    certificate) and work out what each advertises."""
+    from exactly.server.auth.tls import TlsConfigError, server_context
+    from exactly.server.config import ConfigError
+
+    config = broker.config
+    ssl_context = None
+    if any(lst.name in ("SSL", "SASL_SSL") for lst in config.listeners):
+        try:
+            ssl_context = server_context(config)
+        except TlsConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    started: list[tuple[asyncio.Server, ListenerRuntime]] = []
+    try:
+        for lst in config.listeners:
+            runtime = ListenerRuntime(lst.name, "", 0)
+            tls = ssl_context if lst.name in ("SSL", "SASL_SSL") else None
+            server = await start_server(broker, lst.host, lst.port, runtime, tls)
+            bound = server.sockets[0].getsockname()
+            advertised = config.advertised_for(lst.name)
+            if advertised is not None and advertised[1] != 0:
+                runtime.advertised_host, runtime.advertised_port = advertised
+            else:
+                host = advertised[0] if advertised else bound[0]
+                runtime.advertised_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+                runtime.advertised_port = bound[1]
+            started.append((server, runtime))
+    except BaseException:
+        for server, _ in started:
+            server.close()
+        raise
+    return started

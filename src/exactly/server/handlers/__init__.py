@@ -5,6 +5,7 @@ from __future__ import annotations
 from exactly.protocol.apis import SUPPORTED
 from exactly.server.context import Handler
 from exactly.server.handlers import (
+    acls,
     api_versions,
     configs,
     fetch,
@@ -12,12 +13,14 @@ from exactly.server.handlers import (
     list_offsets,
     metadata,
     produce,
+    sasl,
     topics,
     txn,
 )
 
 HANDLERS: dict[int, Handler] = {}
-for _module in (api_versions, metadata, produce, fetch, list_offsets, topics, configs, groups, txn):
+for _module in (api_versions, metadata, produce, fetch, list_offsets, topics, configs, groups, txn,
+                acls, sasl):
     HANDLERS.update(_module.HANDLERS)
 
 _missing = set(SUPPORTED) - set(HANDLERS)

@@ -14,6 +14,13 @@ from exactly.server.context import RequestContext
 NO_THROTTLE = datetime.timedelta(0)
 
 
+def advertised_address(ctx: RequestContext) -> tuple[str, int]:
+    """Host and port of the listener this request came in on, as advertised to clients."""
+    if ctx.session is not None:
+        return ctx.session.advertised  # type: ignore[no-any-return]
+    return ctx.broker.advertised_host, ctx.broker.advertised_port
+
+
 def topic_of(ctx: RequestContext, entry: Any) -> tuple[TopicInfo | None, str | None, uuid.UUID | None]:
     """Resolve a request's topic by name (older versions) or by topic id (KIP-516 versions)."""
     name = getattr(entry, "name", None) or getattr(entry, "topic", None)

@@ -8,8 +8,9 @@ from typing import Any
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.server.acl.model import CLUSTER_NAME, Operation, ResourceType
 from exactly.server.context import RequestContext
-from exactly.server.handlers.common import NO_THROTTLE
+from exactly.server.handlers.common import NO_THROTTLE, advertised_address
 
 TOPIC, BROKER = 2, 4
 SOURCE = {"TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
@@ -27,11 +28,25 @@ def _entries(ctx: RequestContext, resource: Any) -> list[tuple[str, str | None, 
              e.read_only, e.is_sensitive) for e in ctx.broker.config.items()]
 
 
+def _denied(ctx: RequestContext, operation: Operation, res: Any) -> ErrorCode | None:
+    """Kafka: a topic's configs need the operation on the topic, a broker's on the cluster."""
+    if res.resource_type == TOPIC:
+        if not ctx.authorize(operation, ResourceType.TOPIC, res.resource_name):
+            return ErrorCode.topic_authorization_failed
+    elif res.resource_type == BROKER and not ctx.authorize(operation, ResourceType.CLUSTER,
+                                                           CLUSTER_NAME):
+        return ErrorCode.cluster_authorization_failed
+    return None
+
+
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     results = []
     for res in request.resources:
         error, message, configs = ErrorCode.none, None, []
-        if res.resource_type == BROKER and res.resource_name not in ("", str(ctx.broker.node_id)):
+        denied = _denied(ctx, Operation.DESCRIBE_CONFIGS, res)
+        if denied is not None:
+            error = denied
+        elif res.resource_type == BROKER and res.resource_name not in ("", str(ctx.broker.node_id)):
             error, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
         elif res.resource_type not in (TOPIC, BROKER):
             error, message = ErrorCode.invalid_request, f"resource type {res.resource_type} not supported"
@@ -60,7 +75,10 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     responses = []
     for res in request.resources:
         error, message = ErrorCode.none, None
-        if res.resource_type != TOPIC:
+        denied = _denied(ctx, Operation.ALTER_CONFIGS, res)
+        if denied is not None:
+            error = denied
+        elif res.resource_type != TOPIC:
             error = ErrorCode.invalid_request
             message = "only topic configs can be altered; broker configs are static"
         elif ctx.broker.logs.topic(res.resource_name) is None:
@@ -92,9 +110,16 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
 
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.nested("DescribeClusterBroker", broker_id=ctx.broker.node_id,
-                        host=ctx.broker.advertised_host, port=ctx.broker.advertised_port, rack=None)
+                        host=advertised_address(ctx)[0], port=advertised_address(ctx)[1],
+                        rack=None)
+    # Kafka checks nothing here but reports the cluster's authorized operations when asked.
+    ops = -2147483648
+    if getattr(request, "include_cluster_authorized_operations", False):
+        ops = (ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+               if ctx.authorize(Operation.DESCRIBE) else 0)
     return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                         endpoint_type=getattr(request, "endpoint_type", 1),
+                        cluster_authorized_operations=ops,
                         cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.node_id,
                         brokers=(broker,))
 

@@ -14,6 +14,7 @@ from exactly.log import PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log, topic_of, unknown_topic_error
 
@@ -36,12 +37,17 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
                             session_id=0, responses=())
     wanted: list[tuple[Any, str | None, Any, list[_Wanted]]] = []
     logs: list[PartitionLog] = []
+    follower = _replica_id(request) >= 0
     for topic in request.topics:
         info, name, topic_id = topic_of(ctx, topic)
+        # Kafka: a follower needs CLUSTER_ACTION, a consumer READ on each topic.
+        allowed = (ctx.authorize(Operation.CLUSTER_ACTION) if follower else
+                   name is None or ctx.authorize(Operation.READ, ResourceType.TOPIC, name))
         parts = []
         for p in topic.partitions:
-            plog = partition_log(ctx, info, p.partition)
-            error = ErrorCode.none if plog else unknown_topic_error(topic_id, name)
+            plog = partition_log(ctx, info, p.partition) if allowed else None
+            error = (ErrorCode.topic_authorization_failed if not allowed else
+                     ErrorCode.none if plog else unknown_topic_error(topic_id, name))
             parts.append(_Wanted(p.partition, p.fetch_offset, p.partition_max_bytes, plog, error))
             if plog is not None:
                 logs.append(plog)
@@ -55,6 +61,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
             return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
                                 responses=responses)
         await ctx.broker.wait_for_append(logs, remaining)
+
+
+def _replica_id(request: Any) -> int:
+    replica_id = getattr(request, "replica_id", None)
+    if replica_id is None:  # v15+: in ReplicaState
+        state = getattr(request, "replica_state", None)
+        replica_id = state.replica_id if state is not None else -1
+    return int(replica_id)
 
 
 def _read(ctx: RequestContext, request: Any, wanted: list[Any]) -> tuple[tuple[Any, ...], int]:

@@ -16,7 +16,9 @@ from kio.schema.errors import ErrorCode
 
 from exactly.groups import OFFSETS_TOPIC, GroupCoordinator, JoinResult, OffsetToCommit, SyncResult
 from exactly.protocol.apis import ApiKey
+from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
+from exactly.server.handlers.common import advertised_address
 
 NO_THROTTLE = datetime.timedelta(0)
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
@@ -27,6 +29,24 @@ def _ms(value: Any) -> int:
     if isinstance(value, datetime.timedelta):
         return value // datetime.timedelta(milliseconds=1)
     return int(value)
+
+
+def _may(ctx: RequestContext, operation: Operation, group_id: str) -> bool:
+    return ctx.authorize(operation, ResourceType.GROUP, group_id)
+
+
+def _topic_errors(ctx: RequestContext, operation: Operation,
+                  offsets: dict[tuple[str, int], OffsetToCommit],
+                  ) -> dict[tuple[str, int], ErrorCode]:
+    """Remove from `offsets` the partitions of topics the principal may not `operation`; their
+    errors, TOPIC_AUTHORIZATION_FAILED, are returned."""
+    if not ctx.authorizing:
+        return {}
+    allowed = ctx.authorized(operation, ResourceType.TOPIC, (t for t, _ in offsets))
+    denied = [tp for tp in offsets if tp[0] not in allowed]
+    for tp in denied:
+        del offsets[tp]
+    return dict.fromkeys(denied, ErrorCode.topic_authorization_failed)
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -42,15 +62,21 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
     def answer(key: str) -> tuple[ErrorCode, str | None]:
         # A single node: this broker coordinates every group and every transactional id.
-        if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        if key_type == KEY_TYPE_GROUP:
+            if not _may(ctx, Operation.DESCRIBE, key):
+                return ErrorCode.group_authorization_failed, None
+            return ErrorCode.none, None
+        if key_type == KEY_TYPE_TRANSACTION:
+            if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                return ErrorCode.transactional_id_authorization_failed, None
             return ErrorCode.none, None
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
 
     def fields(error: ErrorCode) -> dict[str, Any]:
         ok = error is ErrorCode.none
         return {"node_id": broker.node_id if ok else -1,
-                "host": broker.advertised_host if ok else "",
-                "port": broker.advertised_port if ok else -1}
+                "host": advertised_address(ctx)[0] if ok else "",
+                "port": advertised_address(ctx)[1] if ok else -1}
 
     if ctx.api_version >= 4:
         coordinators = []
@@ -68,6 +94,11 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    if not _may(ctx, Operation.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
+                            generation_id=-1, protocol_type=None,
+                            protocol_name=None if ctx.api_version >= 7 else "", leader="",
+                            skip_assignment=False, member_id="", members=())
     loop = asyncio.get_running_loop()
     future: asyncio.Future[JoinResult] = loop.create_future()
 
@@ -111,6 +142,9 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    if not _may(ctx, Operation.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
+                            protocol_type=None, protocol_name=None, assignment=b"")
     loop = asyncio.get_running_loop()
     future: asyncio.Future[SyncResult] = loop.create_future()
 
@@ -135,6 +169,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if not _may(ctx, Operation.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed)
     error = _coordinator(ctx).heartbeat(
         group_id=request.group_id, member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -144,6 +180,9 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    if not _may(ctx, Operation.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
+                            members=())
     if ctx.api_version >= 3:
         identities = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
@@ -170,19 +209,26 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
         for topic in request.topics for p in topic.partitions
     }
-    result = _coordinator(ctx).commit_offsets(
-        group_id=request.group_id, member_id=request.member_id,
-        group_instance_id=getattr(request, "group_instance_id", None),
-        generation_id=request.generation_id_or_member_epoch, offsets=offsets,
-        now_ms=ctx.broker.now_ms(),
-    )
-    if result.log is not None:
-        # Acknowledge a commit only once it is durable under the flush policy.
-        await ctx.broker.sync([result.log])
+    if not _may(ctx, Operation.READ, request.group_id):
+        errors = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
+        offsets = {}
+    else:
+        errors = _topic_errors(ctx, Operation.READ, offsets)
+    if offsets or not errors:
+        result = _coordinator(ctx).commit_offsets(
+            group_id=request.group_id, member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            generation_id=request.generation_id_or_member_epoch, offsets=offsets,
+            now_ms=ctx.broker.now_ms(),
+        )
+        errors.update(result.errors)
+        if result.log is not None:
+            # Acknowledge a commit only once it is durable under the flush policy.
+            await ctx.broker.sync([result.log])
     topics = tuple(
         ctx.nested("OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
             ctx.nested("OffsetCommitResponsePartition", partition_index=p.partition_index,
-                       error_code=result.errors[(topic.name, p.partition_index)])
+                       error_code=errors[(topic.name, p.partition_index)])
             for p in topic.partitions))
         for topic in request.topics
     )
@@ -224,7 +270,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     pid, epoch = request.producer_id, request.producer_epoch
     errors: dict[tuple[str, int], ErrorCode] | None = None
     to_sync = []
-    if group_id:  # an empty group id gets INVALID_GROUP_ID from the coordinator
+    denied: dict[tuple[str, int], ErrorCode] = {}
+    if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        errors = dict.fromkeys(offsets, ErrorCode.transactional_id_authorization_failed)
+    elif not _may(ctx, Operation.READ, group_id):
+        errors = dict.fromkeys(offsets, ErrorCode.group_authorization_failed)
+    else:
+        denied = _topic_errors(ctx, Operation.READ, offsets)
+        if denied and not offsets:
+            errors = denied
+    if errors is None and group_id:  # an empty group id gets INVALID_GROUP_ID from the coordinator
         tp = (OFFSETS_TOPIC, coordinator.offsets_partition(group_id))
         txn = broker.txn
         if ctx.api_version >= 5:
@@ -236,7 +291,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             checked = txn.verify_partitions(txn_id, pid, epoch, [tp])
         error = _txn_error(ctx.api_version, checked.get(tp, ErrorCode.invalid_txn_state))
         if error != ErrorCode.none:
-            errors = dict.fromkeys(offsets, error)
+            errors = {**denied, **dict.fromkeys(offsets, error)}
         elif ctx.api_version >= 5:
             to_sync.append(txn.log_for(txn_id))
     if errors is None:
@@ -247,7 +302,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             group_instance_id=getattr(request, "group_instance_id", None),
             now_ms=broker.now_ms(),
         )
-        errors = result.errors
+        errors = {**denied, **result.errors}
         if result.log is not None:
             to_sync.append(result.log)
     if to_sync:
@@ -274,10 +329,26 @@ def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: st
     wanted = None if topics is None else [
         (t.name, p) for t in topics for p in t.partition_indexes
     ]
-    found = coordinator.fetch_offsets(group_id, wanted)
+    if not _may(ctx, Operation.DESCRIBE, group_id):
+        found: dict[Any, Any] = dict.fromkeys(wanted or ())
+        allowed: set[str] = set()
+        error = ErrorCode.group_authorization_failed
+    else:
+        found = coordinator.fetch_offsets(group_id, wanted)
+        # Kafka: a requested topic the principal may not describe answers an error; with all
+        # topics asked for, such topics are left out.
+        allowed = ctx.authorized(Operation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in found))
+        error = ErrorCode.topic_authorization_failed
     unstable = coordinator.pending_partitions(group_id) if require_stable else set()
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), committed in found.items():
+        if topic not in allowed:
+            if topics is not None:
+                by_topic.setdefault(topic, []).append(ctx.nested(
+                    "OffsetFetchResponsePartition" + suffix, partition_index=partition,
+                    committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                    error_code=error))
+            continue
         if (topic, partition) in unstable:
             committed = None
         by_topic.setdefault(topic, []).append(ctx.nested(
@@ -300,7 +371,8 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
         groups = tuple(
-            ctx.nested("OffsetFetchResponseGroup", group_id=g.group_id, error_code=ErrorCode.none,
+            ctx.nested("OffsetFetchResponseGroup", group_id=g.group_id,
+                       error_code=_group_error(ctx, g.group_id),
                        topics=_fetch_topics(ctx, g.group_id, g.topics, suffix="s",
                                             require_stable=stable))
             for g in request.groups
@@ -308,7 +380,14 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
     topics = _fetch_topics(ctx, request.group_id, request.topics, suffix="",
                            require_stable=stable)
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=_group_error(ctx, request.group_id),
+                        topics=topics)
+
+
+def _group_error(ctx: RequestContext, group_id: str) -> ErrorCode:
+    if _may(ctx, Operation.DESCRIBE, group_id):
+        return ErrorCode.none
+    return ErrorCode.group_authorization_failed
 
 
 # -- DescribeGroups / ListGroups / DeleteGroups -----------------------------------------------
@@ -317,7 +396,14 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     coordinator = _coordinator(ctx)
     described = []
+    with_ops = bool(getattr(request, "include_authorized_operations", False))
     for group_id in request.groups:
+        if not _may(ctx, Operation.DESCRIBE, group_id):
+            described.append(ctx.nested(
+                "DescribedGroup", error_code=ErrorCode.group_authorization_failed,
+                group_id=group_id, group_state="", protocol_type="", protocol_data="",
+                members=(), authorized_operations=-(2**31)))
+            continue
         d = coordinator.describe_group(group_id)
         members = tuple(
             ctx.nested("DescribedGroupMember", member_id=m.member_id,
@@ -329,7 +415,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
         described.append(ctx.nested(
             "DescribedGroup", error_code=ErrorCode.none, group_id=d.group_id,
             group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
-            members=members, authorized_operations=-(2**31)))
+            members=members,
+            authorized_operations=(ctx.authorized_operations(ResourceType.GROUP, d.group_id)
+                                   if with_ops else -(2**31))))
     return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
@@ -338,6 +426,8 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     # Every group here is a classic group (KIP-848 consumer groups are not implemented).
     listed = [] if types and "classic" not in types else _coordinator(ctx).list_groups(states)
+    if not ctx.authorize(Operation.DESCRIBE):  # else only the groups it may describe
+        listed = [g for g in listed if _may(ctx, Operation.DESCRIBE, g.group_id)]
     groups = tuple(
         ctx.nested("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
                    group_state=g.state, group_type="classic")
@@ -348,7 +438,10 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     names = list(request.groups_names)
-    errors = _coordinator(ctx).delete_groups(names, ctx.broker.now_ms())
+    allowed = [n for n in names if _may(ctx, Operation.DELETE, n)]
+    errors = dict.fromkeys(names, ErrorCode.group_authorization_failed)
+    if allowed:
+        errors.update(_coordinator(ctx).delete_groups(allowed, ctx.broker.now_ms()))
     results = tuple(
         ctx.nested("DeletableGroupResult", group_id=name, error_code=errors[name])
         for name in names

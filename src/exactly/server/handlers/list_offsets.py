@@ -7,6 +7,7 @@ from typing import Any
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log
 
@@ -34,11 +35,14 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for topic in request.topics:
         info = ctx.broker.logs.topic(topic.name)
+        allowed = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         partitions = []
         for p in topic.partitions:
             plog = partition_log(ctx, info, p.partition_index)
             error, ts, offset = ErrorCode.none, -1, -1
-            if plog is None:
+            if not allowed:
+                error = ErrorCode.topic_authorization_failed
+            elif plog is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif p.timestamp < MAX_TIMESTAMP and p.timestamp < 0:
                 error = ErrorCode.invalid_request  # -4 (earliest local) and beyond: tiered storage

@@ -9,13 +9,14 @@ from exactly.log import TopicInfo
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.server.acl.model import CLUSTER_NAME, Operation, ResourceType
 from exactly.server.context import RequestContext
-from exactly.server.handlers.common import NO_THROTTLE
+from exactly.server.handlers.common import NO_THROTTLE, advertised_address
 
 log = logging.getLogger("exactly.metadata")
 
 
-def _topic_entry(ctx: RequestContext, info: TopicInfo) -> Any:
+def _topic_entry(ctx: RequestContext, info: TopicInfo, include_ops: bool = False) -> Any:
     node = ctx.broker.node_id
     partitions = tuple(
         ctx.nested("MetadataResponsePartition", error_code=ErrorCode.none, partition_index=p,
@@ -24,7 +25,10 @@ def _topic_entry(ctx: RequestContext, info: TopicInfo) -> Any:
         for p in range(info.num_partitions)
     )
     return ctx.nested("MetadataResponseTopic", error_code=ErrorCode.none, name=info.name,
-                      topic_id=info.topic_id, is_internal=info.internal, partitions=partitions)
+                      topic_id=info.topic_id, is_internal=info.internal, partitions=partitions,
+                      topic_authorized_operations=(
+                          ctx.authorized_operations(ResourceType.TOPIC, info.name)
+                          if include_ops else -2147483648))
 
 
 def _error_entry(ctx: RequestContext, name: str | None, topic_id: Any, error: ErrorCode) -> Any:
@@ -36,21 +40,40 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     logs = ctx.broker.logs
     config = ctx.broker.config
     topics: list[Any] = []
+    ops = bool(getattr(request, "include_topic_authorized_operations", False))
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        # null (v1+) or empty (v0) means every topic
-        topics = [_topic_entry(ctx, info) for info in logs.topics()]
+        # null (v1+) or empty (v0) means every topic the principal may describe
+        topics = [_topic_entry(ctx, info, ops) for info in logs.topics()
+                  if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, info.name)]
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
+        may_create_any = None
         for wanted in request.topics:
             name = wanted.name
             topic_id = getattr(wanted, "topic_id", None)
             if name is None:
                 info = logs.topic_by_id(topic_id) if topic_id is not None else None
-                topics.append(_topic_entry(ctx, info) if info else
+                if info is not None and not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC,
+                                                          info.name):
+                    topics.append(_error_entry(ctx, None, topic_id,
+                                               ErrorCode.topic_authorization_failed))
+                    continue
+                topics.append(_topic_entry(ctx, info, ops) if info else
                               _error_entry(ctx, None, topic_id, ErrorCode.unknown_topic_id))
+                continue
+            if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(_error_entry(ctx, name, None, ErrorCode.topic_authorization_failed))
                 continue
             info = logs.topic(name)
             if info is None and allow_create and config["auto.create.topics.enable"]:
+                # Kafka: auto-creation needs CREATE on the cluster or on the topic.
+                if may_create_any is None:
+                    may_create_any = ctx.authorize(Operation.CREATE)
+                if not may_create_any and not ctx.authorize(Operation.CREATE, ResourceType.TOPIC,
+                                                            name):
+                    topics.append(_error_entry(ctx, name, None,
+                                               ErrorCode.topic_authorization_failed))
+                    continue
                 try:
                     info = logs.create_topic(name, config["num.partitions"])
                     log.info("auto-created topic %s with %d partition(s)", name, info.num_partitions)
@@ -60,12 +83,16 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             if info is None:
                 topics.append(_error_entry(ctx, name, None, ErrorCode.unknown_topic_or_partition))
             else:
-                topics.append(_topic_entry(ctx, info))
+                topics.append(_topic_entry(ctx, info, ops))
     broker = ctx.nested("MetadataResponseBroker", node_id=ctx.broker.node_id,
-                        host=ctx.broker.advertised_host, port=ctx.broker.advertised_port, rack=None)
+                        host=advertised_address(ctx)[0], port=advertised_address(ctx)[1],
+                        rack=None)
     return ctx.response(throttle_time=NO_THROTTLE, brokers=(broker,), cluster_id=ctx.broker.cluster_id,
                         controller_id=ctx.broker.node_id, topics=tuple(topics),
-                        cluster_authorized_operations=-2147483648)
+                        cluster_authorized_operations=(
+                            ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+                            if getattr(request, "include_cluster_authorized_operations", False)
+                            else -2147483648))
 
 
 HANDLERS = {ApiKey.METADATA: handle_metadata}

@@ -14,6 +14,7 @@ from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.records import RecordBatchError, RecordBatchHeader
+from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log, topic_of, unknown_topic_error
 
@@ -25,14 +26,25 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     written: list[PartitionLog] = []
     topic_responses = []
+    # Kafka: transactional records need WRITE on the transactional id, or nothing is written.
+    txn_denied = ctx.authorizing and _transactional(request) and (
+        request.transactional_id is None
+        or not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                             request.transactional_id))
     for topic in request.topic_data:
         info, name, topic_id = topic_of(ctx, topic)
+        denied = txn_denied or (name is not None and not ctx.authorize(
+            Operation.WRITE, ResourceType.TOPIC, name))
         partitions = []
         for pdata in topic.partition_data:
             error, message = ErrorCode.none, None
             base_offset, log_start = -1, -1
             plog = partition_log(ctx, info, pdata.index)
-            if acks not in (0, 1, -1):
+            if txn_denied:
+                error = ErrorCode.transactional_id_authorization_failed
+            elif denied:
+                error = ErrorCode.topic_authorization_failed
+            elif acks not in (0, 1, -1):
                 error = ErrorCode.invalid_required_acks
             elif plog is None:
                 error = unknown_topic_error(topic_id, name)
@@ -63,6 +75,18 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if acks == 0:
         return None
     return ctx.response(responses=tuple(topic_responses), throttle_time=NO_THROTTLE)
+
+
+def _transactional(request: Any) -> bool:
+    """Does any batch of the request carry transactional records?"""
+    for topic in request.topic_data:
+        for pdata in topic.partition_data:
+            try:
+                if pdata.records and RecordBatchHeader(pdata.records).is_transactional:
+                    return True
+            except RecordBatchError:
+                continue
+    return False
 
 
 # Coordinator errors that a retry fixes, which some clients would take as fatal in a produce

@@ -8,6 +8,7 @@ from typing import Any
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import RequestContext
 from exactly.server.handlers.common import NO_THROTTLE
 
@@ -39,15 +40,21 @@ def _created_configs(ctx: RequestContext, name: str) -> tuple[Any, ...] | None:
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     logs = ctx.broker.logs
     results = []
+    cluster_create = ctx.authorize(Operation.CREATE)
     for t in request.topics:
         error, message, info, configs = ErrorCode.none, None, None, None
+        config_error = ErrorCode.none
         placement = _check_placement(ctx, t.replication_factor, t.assignments)
         num_partitions = t.num_partitions
         if t.assignments:
             num_partitions = len(t.assignments) if num_partitions == -1 else num_partitions
         if num_partitions == -1:
             num_partitions = ctx.broker.config["num.partitions"]
-        if placement is not None:
+        if not cluster_create and not ctx.authorize(Operation.CREATE, ResourceType.TOPIC, t.name):
+            error = ErrorCode.topic_authorization_failed
+            message = f"{ctx.principal} may not create topic {t.name!r}: it needs CREATE on " \
+                      "the cluster or the topic"
+        elif placement is not None:
             error = (ErrorCode.invalid_replication_factor if "factor" in placement
                      else ErrorCode.invalid_replica_assignment)
             message = placement
@@ -58,14 +65,18 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                                          validate_only=request.validate_only)
                 if not request.validate_only:
                     log.info("created topic %s with %d partition(s)", t.name, num_partitions)
-                    configs = _created_configs(ctx, t.name)
+                    if ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+                        configs = _created_configs(ctx, t.name)
+                    else:
+                        config_error = ErrorCode.topic_authorization_failed
             except LogError as exc:
                 error, message = exc.error_code, str(exc)
         results.append(ctx.nested(
             "CreatableTopicResult", name=t.name, topic_id=info.topic_id if info else None,
             error_code=error, error_message=message,
             num_partitions=num_partitions if error == ErrorCode.none else -1,
-            replication_factor=1 if error == ErrorCode.none else -1, configs=configs))
+            replication_factor=1 if error == ErrorCode.none else -1, configs=configs,
+            topic_config_error_code=config_error))
     return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
@@ -79,8 +90,13 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     for name, topic_id in wanted:
         error, message = ErrorCode.none, None
         info = logs.topic(name) if name else (logs.topic_by_id(topic_id) if topic_id else None)
+        target = name or (info.name if info else None)
         if not ctx.broker.config["delete.topic.enable"]:
             error, message = ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
+        elif target is not None and not ctx.authorize(Operation.DELETE, ResourceType.TOPIC,
+                                                      target):
+            error = ErrorCode.topic_authorization_failed
+            info = None if name is None else info  # an id must not reveal the topic's name
         elif info is None:
             error = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
         elif info.internal:
@@ -103,7 +119,9 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         error, message = ErrorCode.none, None
         placement = _check_placement(ctx, 1, t.assignments)
-        if placement is not None:
+        if not ctx.authorize(Operation.ALTER, ResourceType.TOPIC, t.name):
+            error = ErrorCode.topic_authorization_failed
+        elif placement is not None:
             error, message = ErrorCode.invalid_replica_assignment, placement
         else:
             try:

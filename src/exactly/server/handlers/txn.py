@@ -11,6 +11,7 @@ from typing import Any
 from exactly.groups import OFFSETS_TOPIC
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log
 from exactly.server.transactions import finish, write_markers
@@ -40,12 +41,20 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is None:
         if enable_2pc or keep_prepared_txn:
             return _init_response(ctx, ErrorCode.invalid_request)  # 2PC needs a transactional id
+        # Kafka 3+: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
+        if not ctx.authorize(Operation.IDEMPOTENT_WRITE) and not ctx.authorize_any(
+                Operation.WRITE, ResourceType.TOPIC):
+            return _init_response(ctx, ErrorCode.cluster_authorization_failed)
         # An idempotent producer gets a new id each time, as in Kafka.
         return _init_response(ctx, ErrorCode.none, broker.producer_ids.generate(), 0)
     if enable_2pc and not broker.config["transaction.two.phase.commit.enable"]:
         # The seed: with the broker setting off, 2PC is refused as unauthorized, ACLs or not.
         return _init_response(ctx, ErrorCode.transactional_id_authorization_failed)
     txn_id = request.transactional_id
+    # KIP-939: 2PC needs TWO_PHASE_COMMIT on the transactional id besides WRITE.
+    if not _may_write(ctx, txn_id) or (enable_2pc and not ctx.authorize(
+            Operation.TWO_PHASE_COMMIT, ResourceType.TRANSACTIONAL_ID, txn_id)):
+        return _init_response(ctx, ErrorCode.transactional_id_authorization_failed)
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
@@ -66,6 +75,10 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     await broker.sync([broker.txn.log_for(txn_id)])
     return _init_response(ctx, ErrorCode.none, result.producer_id, result.producer_epoch,
                           result.ongoing_producer_id, result.ongoing_producer_epoch)
+
+
+def _may_write(ctx: RequestContext, txn_id: str) -> bool:
+    return ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
 
 
 def _init_response(ctx: RequestContext, error: ErrorCode, producer_id: int = -1,
@@ -91,7 +104,13 @@ def _known_partitions(ctx: RequestContext, topics: Any) -> tuple[list[tuple[str,
 
 def _add(ctx: RequestContext, txn_id: str, pid: int, epoch: int, topics: Any,
          verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
-    wanted, unknown = _known_partitions(ctx, topics)
+    if not _may_write(ctx, txn_id):
+        return {(t.name, p): ErrorCode.transactional_id_authorization_failed
+                for t in topics for p in t.partitions}
+    allowed = ctx.authorized(Operation.WRITE, ResourceType.TOPIC, (t.name for t in topics))
+    wanted, unknown = _known_partitions(ctx, [t for t in topics if t.name in allowed])
+    unknown.update({(t.name, p): ErrorCode.topic_authorization_failed
+                    for t in topics if t.name not in allowed for p in t.partitions})
     if unknown:
         # As Kafka: nothing is added when any partition is unknown.
         return {**unknown, **{tp: ErrorCode.operation_not_attempted for tp in wanted}}
@@ -120,6 +139,11 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
         await ctx.broker.sync([txn.log_for(txn_id)])
         return ctx.response(throttle_time=NO_THROTTLE,
                             results_by_topic_v3_and_below=_topic_results(ctx, results))
+    if not ctx.authorize(Operation.CLUSTER_ACTION):
+        # v4+ is the brokers' verification call (KIP-890), not a client's.
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.cluster_authorization_failed,
+                            results_by_transaction=())
     by_txn = []
     for t in request.transactions:
         results = _add(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
@@ -133,6 +157,12 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
 
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    if not _may_write(ctx, request.transactional_id):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.transactional_id_authorization_failed)
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.group_authorization_failed)
     offsets_partition = (OFFSETS_TOPIC, broker.groups.offsets_partition(request.group_id))
     error = broker.txn.add_offsets(request.transactional_id, request.producer_id,
                                    request.producer_epoch, request.group_id, offsets_partition,
@@ -144,6 +174,10 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
+    if not _may_write(ctx, request.transactional_id):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.transactional_id_authorization_failed,
+                            producer_id=-1, producer_epoch=-1)
     bump = ctx.api_version >= 5 and broker.transaction_version >= 2
     result = broker.txn.end_txn(request.transactional_id, request.producer_id,
                                 request.producer_epoch, request.committed, bump_epoch=bump,
@@ -163,12 +197,17 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     """Markers sent by a coordinator (another broker's, or an operator's tool)."""
     results, written = [], []
+    may = ctx.authorize(Operation.CLUSTER_ACTION)
     for marker in request.markers:
         partitions = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-        errors, logs = write_markers(ctx.broker, marker.producer_id, marker.producer_epoch,
-                                     commit=marker.transaction_result,
-                                     coordinator_epoch=marker.coordinator_epoch,
-                                     partitions=partitions)
+        if not may:
+            errors = dict.fromkeys(partitions, ErrorCode.cluster_authorization_failed)
+            logs: list[Any] = []
+        else:
+            errors, logs = write_markers(ctx.broker, marker.producer_id, marker.producer_epoch,
+                                         commit=marker.transaction_result,
+                                         coordinator_epoch=marker.coordinator_epoch,
+                                         partitions=partitions)
         written.extend(logs)
         by_topic: dict[str, list[Any]] = {}
         for (topic, partition), error in errors.items():
@@ -184,6 +223,12 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
     states = []
     for txn_id in request.transactional_ids:
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            states.append(ctx.nested(
+                "TransactionState", error_code=ErrorCode.transactional_id_authorization_failed,
+                transactional_id=txn_id, transaction_state="", transaction_timeout=NO_THROTTLE,
+                transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=()))
+            continue
         meta = ctx.broker.txn.describe(txn_id)
         if meta is None:
             states.append(ctx.nested(
@@ -193,7 +238,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(meta.partitions):
-            by_topic.setdefault(topic, []).append(partition)
+            # Kafka leaves out the topics the principal may not describe.
+            if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic):
+                by_topic.setdefault(topic, []).append(partition)
         states.append(ctx.nested(
             "TransactionState", error_code=ErrorCode.none, transactional_id=txn_id,
             transaction_state=meta.state.display_name,
@@ -229,7 +276,8 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     states = tuple(
         ctx.nested("TransactionState", transactional_id=m.transactional_id,
                    producer_id=m.producer_id, transaction_state=m.state.display_name)
-        for m in listed if regex is None or regex.fullmatch(m.transactional_id))
+        for m in listed if (regex is None or regex.fullmatch(m.transactional_id))
+        and ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id))
     return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                         unknown_state_filters=unknown, transaction_states=states)
 
@@ -238,9 +286,15 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for t in request.topics:
         info = ctx.broker.logs.topic(t.name)
+        allowed = ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)
         parts = []
         for p in t.partition_indexes:
             plog = partition_log(ctx, info, p)
+            if not allowed:
+                parts.append(ctx.nested("PartitionResponse", partition_index=p,
+                                        error_code=ErrorCode.topic_authorization_failed,
+                                        error_message=None, active_producers=()))
+                continue
             if plog is None:
                 parts.append(ctx.nested("PartitionResponse", partition_index=p,
                                         error_code=ErrorCode.unknown_topic_or_partition,
