@@ -53,6 +53,9 @@ def _kill_leftovers() -> None:
             b.process.kill()
 
 
+EMBEDDED_DEFAULTS = {"transaction.two.phase.commit.enable": "true"}
+
+
 class EmbeddedBroker:
     """A broker process on a data directory that outlives restarts.
 
@@ -78,7 +81,9 @@ class EmbeddedBroker:
             self._tmp_root = Path(tempfile.mkdtemp(prefix="exactly-broker-"))
         self.data_dir = Path(data_dir) if data_dir is not None else self._tmp_root / "data"  # type: ignore[operator]
         self.log_path = Path(log_path) if log_path is not None else self._tmp_root / "broker.log"  # type: ignore[operator]
-        self.settings = {k: _text(v) for k, v in (settings or {}).items()}
+        # The embedded broker takes part in two-phase commit unless told otherwise (KIP-939's
+        # broker default is off; the embedded broker is for development, tests and demos).
+        self.settings = {k: _text(v) for k, v in {**EMBEDDED_DEFAULTS, **(settings or {})}.items()}
         self.config_file = config_file
         self.startup_timeout = startup_timeout
         self.env = dict(env) if env is not None else None

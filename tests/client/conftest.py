@@ -12,6 +12,7 @@ from exactly.testing import EmbeddedBroker
 @pytest.fixture(scope="module")
 def exactly_broker():
     with EmbeddedBroker(settings={"log.flush.policy": "os",
+                                  "transaction.two.phase.commit.enable": "false",
                                   "group.initial.rebalance.delay.ms": "0",
                                   "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}) as b:
         yield b
