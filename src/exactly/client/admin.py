@@ -22,6 +22,7 @@ from exactly.client.cluster import COORDINATOR_TRANSACTION, Cluster, make_reques
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.connection import BrokerConnection
 from exactly.client.errors import KafkaError, UnsupportedVersionError
+from exactly.protocol.acls import AclOperation, AclPermissionType, PatternType, ResourceType
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
 
@@ -37,53 +38,6 @@ TopicPartition = tuple[str, int]
 # API keys of the security calls (named here: the protocol layer's ApiKey may not list them yet).
 _DESCRIBE_ACLS, _CREATE_ACLS, _DELETE_ACLS = 29, 30, 31
 _DESCRIBE_USER_SCRAM_CREDENTIALS, _ALTER_USER_SCRAM_CREDENTIALS = 50, 51
-
-
-class ResourceType(enum.IntEnum):
-    """Kafka's ACL resource types (org.apache.kafka.common.resource.ResourceType)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2  # filters only: literal, wildcard and prefixed patterns that match the name
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-    TWO_PHASE_COMMIT = 15  # KIP-939
-
-
-class AclPermissionType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 class ScramMechanism(enum.IntEnum):

@@ -4,55 +4,14 @@ with Kafka's wire codes (org.apache.kafka.common.acl / .resource) and its matchi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
+
+# The wire codes; Operation and Permission are the authorizer's short names for them.
+from exactly.protocol.acls import AclOperation as Operation
+from exactly.protocol.acls import AclPermissionType as Permission
+from exactly.protocol.acls import PatternType, ResourceType
 
 CLUSTER_NAME = "kafka-cluster"  # the one name of the CLUSTER resource
 WILDCARD = "*"  # a LITERAL resource name, a host, or "User:*" in a principal: matches any
-
-
-class ResourceType(IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(IntEnum):
-    UNKNOWN = 0
-    ANY = 1  # filters only: any pattern type, exact name
-    MATCH = 2  # filters only: every pattern that matches the name
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class Operation(IntEnum):
-    UNKNOWN = 0
-    ANY = 1  # filters only
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-    TWO_PHASE_COMMIT = 15  # KIP-939
-
-
-class Permission(IntEnum):
-    UNKNOWN = 0
-    ANY = 1  # filters only
-    DENY = 2
-    ALLOW = 3
 
 
 # An ALLOW for the key also allows these (Kafka's implied operations). DENY implies nothing.
