@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import time
@@ -29,6 +28,7 @@ from exactly.log.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from exactly.log.files import write_atomically
 from exactly.log.partition import PartitionLog
 from exactly.log.topic_config import (
     TOPIC_CONFIG_KEYS,
@@ -77,14 +77,6 @@ def validate_topic_name(name: str) -> None:
     if not _LEGAL_TOPIC.fullmatch(name):
         raise InvalidTopicError(
             f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'")
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LogManager:
@@ -140,20 +132,9 @@ class LogManager:
         return plog
 
     def _save(self) -> None:
-        path = self.log_dir / METADATA_FILE
-        tmp = self.log_dir / (METADATA_FILE + ".tmp")
-        data = json.dumps({"version": _METADATA_VERSION,
-                           "topics": [t.to_json() for t in self._topics.values()]}, indent=1).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(self.log_dir)
+        write_atomically(self.log_dir / METADATA_FILE, json.dumps(
+            {"version": _METADATA_VERSION, "topics": [t.to_json() for t in self._topics.values()]},
+            indent=1))
 
     def _require(self, name: str) -> TopicInfo:
         info = self._topics.get(name)

@@ -27,6 +27,7 @@ from exactly.log.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
+from exactly.log.files import fsync_dir
 from exactly.log.loader import load_producer_state, load_segments
 from exactly.log.markers import build_marker, parse_marker
 from exactly.log.producer_state import ProducerStateEntry, ProducerStateManager
@@ -58,14 +59,6 @@ class AppendResult:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     duplicate: bool = False
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _parse_dir_name(name: str) -> tuple[str, int]:
@@ -124,7 +117,7 @@ class PartitionLog:
                             log_end_offset=self.log_end_offset, txn_rebuild_from=txn_rebuild_from)
         self.flushed_offset = self.log_end_offset if clean else self.log_start_offset
         marker.unlink(missing_ok=True)
-        _fsync_dir(self.directory)  # the marker must be gone before anything new is written
+        fsync_dir(self.directory)  # the marker must be gone before anything new is written
         self._dir_dirty = False
 
     @property
@@ -328,7 +321,7 @@ class PartitionLog:
                                 index_interval=self.config.index_interval_bytes, created_ms=now_ms)
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         log.debug("event=segment_rolled dir=%s base=%d", self.directory, seg.base_offset)
         return seg
 
@@ -417,7 +410,7 @@ class PartitionLog:
         seg = self._segments[-1]
         if self._dir_dirty:
             self._dir_dirty = False
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         seg.sync()
         self.flushed_offset = max(self.flushed_offset, target)
 
@@ -476,7 +469,7 @@ class PartitionLog:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         for seg in self._segments:
             seg.close()
         self._segments = []

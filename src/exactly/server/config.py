@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from exactly.log.config import FLUSH_POLICIES, LogConfig
+from exactly.log.files import write_atomically
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -940,15 +941,5 @@ def load_or_create_meta(config: BrokerConfig) -> str:
             return stored_id
     cluster_id = configured or new_cluster_id()
     config.log_dir.mkdir(parents=True, exist_ok=True)
-    tmp = meta.with_name("meta.properties.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(f"#\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, meta)
-    dir_fd = os.open(config.log_dir, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(meta, f"#\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
     return cluster_id

@@ -6,8 +6,9 @@ before any id from it is used, so a crash skips at most the rest of one block.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from exactly.log.files import write_atomically
 
 BLOCK_SIZE = 1000
 
@@ -26,15 +27,5 @@ class ProducerIdManager:
         return pid
 
     def _reserve(self, block_end: int) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{block_end}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, f"{block_end}\n")
         self._block_end = block_end

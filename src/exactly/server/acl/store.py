@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from exactly.log.files import write_atomically
 from exactly.server.acl.model import AclBinding
 
 FILE_NAME = "acls.json"
@@ -42,15 +43,4 @@ class AclStore:
 
     def save(self, bindings: Iterable[AclBinding]) -> None:
         data = {"version": FORMAT_VERSION, "acls": [b.to_json() for b in sorted(bindings)]}
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, json.dumps(data, indent=1) + "\n")

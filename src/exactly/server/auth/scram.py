@@ -12,10 +12,11 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+
+from exactly.log.files import write_atomically
 
 # KIP-554's ScramMechanism ids on the wire.
 MECHANISM_IDS: dict[str, int] = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
@@ -103,17 +104,7 @@ class ScramCredentialStore:
     def _save(self) -> None:
         data = {"version": 1, "users": {u: {m: c.to_json() for m, c in mechs.items()}
                                         for u, mechs in sorted(self._users.items())}}
-        tmp = self.path.with_name(FILE_NAME + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, json.dumps(data, indent=1))
 
 
 def _attributes(message: str) -> dict[str, str]:
