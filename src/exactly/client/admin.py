@@ -35,10 +35,6 @@ _COORDINATOR_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_avail
 
 TopicPartition = tuple[str, int]
 
-# API keys of the security calls (named here: the protocol layer's ApiKey may not list them yet).
-_DESCRIBE_ACLS, _CREATE_ACLS, _DELETE_ACLS = 29, 30, 31
-_DESCRIBE_USER_SCRAM_CREDENTIALS, _ALTER_USER_SCRAM_CREDENTIALS = 50, 51
-
 
 class ScramMechanism(enum.IntEnum):
     UNKNOWN = 0
@@ -561,8 +557,8 @@ class AsyncAdmin:
     async def create_acls(self, acls: Iterable[AclBinding]) -> None:
         acls = list(acls)
         conn = await self.cluster.any_connection()
-        m = request_module(conn, _CREATE_ACLS)
-        response = await conn.send(make_request(conn, _CREATE_ACLS, creations=tuple(
+        m = request_module(conn, ApiKey.CREATE_ACLS)
+        response = await conn.send(make_request(conn, ApiKey.CREATE_ACLS, creations=tuple(
             build(m.AclCreation, resource_type=a.resource_type, resource_name=a.resource_name,
                   resource_pattern_type=a.pattern_type, principal=a.principal, host=a.host,
                   operation=a.operation, permission_type=a.permission_type) for a in acls)))
@@ -574,7 +570,7 @@ class AsyncAdmin:
         f = acl_filter or AclBindingFilter()
         conn = await self.cluster.any_connection()
         response = await conn.send(make_request(
-            conn, _DESCRIBE_ACLS, resource_type_filter=f.resource_type,
+            conn, ApiKey.DESCRIBE_ACLS, resource_type_filter=f.resource_type,
             resource_name_filter=f.resource_name, pattern_type_filter=f.pattern_type,
             principal_filter=f.principal, host_filter=f.host, operation=f.operation,
             permission_type=f.permission_type))
@@ -590,8 +586,8 @@ class AsyncAdmin:
         """Delete every ACL that matches one of the filters; returns the ACLs deleted."""
         filters = list(filters)
         conn = await self.cluster.any_connection()
-        m = request_module(conn, _DELETE_ACLS)
-        response = await conn.send(make_request(conn, _DELETE_ACLS, filters=tuple(
+        m = request_module(conn, ApiKey.DELETE_ACLS)
+        response = await conn.send(make_request(conn, ApiKey.DELETE_ACLS, filters=tuple(
             build(m.DeleteAclsFilter, resource_type_filter=f.resource_type,
                   resource_name_filter=f.resource_name, pattern_type_filter=f.pattern_type,
                   principal_filter=f.principal, host_filter=f.host, operation=f.operation,
@@ -620,9 +616,9 @@ class AsyncAdmin:
         """Each user's SCRAM mechanisms and iteration counts (never the credentials); every
         user that has one when `users` is None."""
         conn = await self.cluster.any_connection()
-        m = request_module(conn, _DESCRIBE_USER_SCRAM_CREDENTIALS)
+        m = request_module(conn, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
         wanted = None if users is None else tuple(build(m.UserName, name=u) for u in users)
-        response = await conn.send(make_request(conn, _DESCRIBE_USER_SCRAM_CREDENTIALS,
+        response = await conn.send(make_request(conn, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
                                                 users=wanted))
         if (e := _item_error("describe SCRAM credentials", response.error_code,
                              response.error_message)):
@@ -643,7 +639,7 @@ class AsyncAdmin:
             self, alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion]
     ) -> None:
         conn = await self.cluster.any_connection()
-        m = request_module(conn, _ALTER_USER_SCRAM_CREDENTIALS)
+        m = request_module(conn, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
         upsertions, deletions = [], []
         for a in alterations:
             mechanism = ScramMechanism.parse(a.mechanism)
@@ -654,7 +650,7 @@ class AsyncAdmin:
             upsertions.append(build(m.ScramCredentialUpsertion, name=a.user, mechanism=mechanism,
                                     iterations=a.iterations, salt=salt,
                                     salted_password=a.salted_password(salt)))
-        response = await conn.send(make_request(conn, _ALTER_USER_SCRAM_CREDENTIALS,
+        response = await conn.send(make_request(conn, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
                                                 deletions=tuple(deletions),
                                                 upsertions=tuple(upsertions)))
         _raise_failures({r.user: e for r in response.results

@@ -35,9 +35,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
-    29: (1, 3),  # DescribeAcls (v1+: pattern types)
-    30: (1, 3),  # CreateAcls
-    31: (1, 3),  # DeleteAcls
-    50: (0, 0),  # DescribeUserScramCredentials
-    51: (0, 0),  # AlterUserScramCredentials
+    ApiKey.DESCRIBE_ACLS: (1, 3),  # v1+: pattern types
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
