@@ -1,0 +1,46 @@
+"""PySpark data sources for Exactly (PySpark >= 4.0 Python Data Source API), format `exactly`.
+
+    from exactly.spark import register
+    register(spark)
+    df = (spark.read.format("exactly").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", "orders").load())
+    df.write.format("exactly").option("kafka.bootstrap.servers", bootstrap)
+      .option("topic", "copy").save()
+
+Options and columns are those of Spark's own Kafka connector (see `exactly.spark.options`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from exactly.spark.options import OptionError, parse_read_options, parse_write_options
+from exactly.spark.sink import BatchWriter, check_input_schema
+from exactly.spark.source import SCHEMA, BatchReader
+
+__all__ = ["ExactlyDataSource", "OptionError", "register"]
+
+
+class ExactlyDataSource(DataSource):  # type: ignore[misc]
+    @classmethod
+    def name(cls) -> str:
+        return "exactly"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(parse_read_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        options = parse_write_options(self.options)
+        check_input_schema(schema, options)
+        return BatchWriter(options)
+
+
+def register(spark: Any) -> None:
+    """Make format("exactly") available in this Spark session."""
+    spark.dataSource.register(ExactlyDataSource)

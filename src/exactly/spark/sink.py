@@ -1,0 +1,92 @@
+"""Batch writes: each task sends its rows with an idempotent Producer and flushes before it
+reports success. Input columns as in Spark's Kafka sink: value (required), key, topic (or the
+option topic), partition, headers. Rows arrive as Arrow record batches (DataSourceArrowWriter).
+
+A plain batch write is at-least-once: a retried task writes its rows again. Exactly-once writes
+(one prepared 2PC transaction per task) are the streaming sink's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from exactly.client import Producer
+from exactly.spark.options import OptionError, WriteOptions
+
+__all__ = ["BatchWriter", "WriteResult", "check_input_schema"]
+
+_BYTES = (BinaryType, StringType)
+
+
+@dataclass
+class WriteResult(WriterCommitMessage):  # type: ignore[misc]
+    records: int
+
+
+def check_input_schema(schema: StructType, options: WriteOptions) -> None:
+    """Fail on the driver, before any task runs, when the input columns cannot be written."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise OptionError("the DataFrame to write needs a 'value' column (binary or string)")
+    if "topic" not in fields and options.topic is None:
+        raise OptionError("no topic to write to: set option 'topic' or add a 'topic' column")
+    wanted = {"value": _BYTES, "key": _BYTES, "topic": (StringType,), "partition": (IntegerType,)}
+    for name, types in wanted.items():
+        if name in fields and not isinstance(fields[name], types):
+            raise OptionError(f"column {name!r} has type {fields[name].simpleString()}; "
+                              f"expected {' or '.join(t.typeName() for t in types)}")
+    headers = fields.get("headers")
+    if headers is not None and not (
+            isinstance(headers, ArrayType) and isinstance(headers.elementType, StructType)
+            and [f.name for f in headers.elementType.fields] == ["key", "value"]):
+        raise OptionError("column 'headers' must be array<struct<key:string,value:binary>>, "
+                          f"not {headers.simpleString()}")
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    index = batch.schema.get_field_index(name)
+    return None if index < 0 else batch.column(index).to_pylist()
+
+
+class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        count = 0
+        failed: dict[int, Any] = {}  # one future per producer batch, to check after the flush
+        default_topic = self.options.topic
+        with Producer(self.options.client) as producer:
+            for batch in iterator:
+                n = batch.num_rows
+                values = _column(batch, "value") or [None] * n
+                keys = _column(batch, "key") or [None] * n
+                topics = _column(batch, "topic") or [default_topic] * n
+                parts = _column(batch, "partition") or [None] * n
+                headers = _column(batch, "headers") or [None] * n
+                for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers,
+                                                         strict=True):
+                    topic = topic or default_topic
+                    if topic is None:
+                        raise ValueError("a row has a null topic and option 'topic' is not set")
+                    future = producer.send(
+                        topic, value, key, partition=part,
+                        headers=[(h["key"], h["value"]) for h in hdrs] if hdrs else None)
+                    failed.setdefault(id(future.batch), future)
+                count += n
+            producer.flush()
+            for future in failed.values():
+                future.result(timeout=0)  # raises the batch's error, if any
+        return WriteResult(count)
