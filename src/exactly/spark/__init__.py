@@ -4,7 +4,7 @@
     register(spark)
     df = (spark.read.format("exactly").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", "orders").load())
-    df.write.format("exactly").option("kafka.bootstrap.servers", bootstrap)
+    df.write.format("exactly").mode("append").option("kafka.bootstrap.servers", bootstrap)
       .option("topic", "copy").save()
 
 Options and columns are those of Spark's own Kafka connector (see `exactly.spark.options`).
