@@ -12,7 +12,6 @@ newest usable snapshot and replaying the batches after it.
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from exactly.log.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from exactly.log.files import write_atomically
 from exactly.log.txn_index import AbortedTxn
 from exactly.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
 
@@ -268,17 +268,7 @@ class ProducerStateManager:
             "producers": [e.to_json() for e in self.entries.values()],
         }, separators=(",", ":")).encode()
         data = _CRC.pack(crc32c.crc32c(payload)) + payload
-        path = self.snapshot_path(offset)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_atomically(self.snapshot_path(offset), data)
         offsets = [o for o in self.snapshot_offsets() if o >= keep_from]
         keep = set(offsets[-SNAPSHOTS_TO_KEEP:])
         for o in self.snapshot_offsets():
