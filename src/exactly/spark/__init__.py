@@ -7,6 +7,13 @@
     df.write.format("exactly").mode("append").option("kafka.bootstrap.servers", bootstrap)
       .option("topic", "copy").save()
 
+    # a stream, written exactly-once (2PC, the driver as coordinator)
+    (spark.readStream.format("exactly").option("kafka.bootstrap.servers", bootstrap)
+       .option("subscribe", "orders").load()
+       .writeStream.format("exactly").queryName("copy-orders")
+       .option("kafka.bootstrap.servers", bootstrap).option("topic", "copy")
+       .option("checkpointLocation", "/path/to/checkpoint").start())
+
 Options and columns are those of Spark's own Kafka connector (see `exactly.spark.options`).
 """
 
@@ -14,12 +21,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from exactly.spark.options import OptionError, parse_read_options, parse_write_options
 from exactly.spark.sink import BatchWriter, check_input_schema
 from exactly.spark.source import SCHEMA, BatchReader
+from exactly.spark.stream_sink import StreamWriter
+from exactly.spark.stream_source import StreamReader
 
 __all__ = ["ExactlyDataSource", "OptionError", "register"]
 
@@ -39,6 +54,14 @@ class ExactlyDataSource(DataSource):  # type: ignore[misc]
         options = parse_write_options(self.options)
         check_input_schema(schema, options)
         return BatchWriter(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(parse_read_options(self.options, streaming=True))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = parse_write_options(self.options)
+        check_input_schema(schema, options)
+        return StreamWriter(options)
 
 
 def register(spark: Any) -> None:

@@ -15,8 +15,9 @@ from typing import Literal
 
 from exactly.client import ClientConfig, ConfigError
 
-__all__ = ["EARLIEST", "LATEST", "OffsetSpec", "OptionError", "ReadOptions", "WriteOptions",
-           "parse_read_options", "parse_write_options"]
+__all__ = ["AT_LEAST_ONCE", "DECISIONS_TOPIC", "EARLIEST", "EXACTLY_ONCE", "LATEST", "OffsetSpec",
+           "OptionError", "ReadOptions", "WriteOptions", "parse_read_options",
+           "parse_write_options"]
 
 EARLIEST = -2  # Spark's JSON offsets use -2 for earliest and -1 for latest
 LATEST = -1
@@ -37,16 +38,40 @@ class ReadOptions:
     assign: dict[str, tuple[int, ...]] = field(default_factory=dict)
     starting: OffsetSpec = "earliest"
     ending: OffsetSpec = "latest"
+    max_offsets_per_trigger: int | None = None
+
+
+EXACTLY_ONCE = "exactly-once"
+AT_LEAST_ONCE = "at-least-once"
+DECISIONS_TOPIC = "_exactly_spark_decisions"
 
 
 @dataclass(frozen=True)
 class WriteOptions:
     client: dict[str, str]
     topic: str | None = None
+    delivery: str = EXACTLY_ONCE
+    query_name: str | None = None
+    transactional_id_prefix: str | None = None
+    decisions_topic: str = DECISIONS_TOPIC
+
+    @property
+    def prefix(self) -> str:
+        """Transactional ids of an exactly-once query are `<prefix>-<partition>`."""
+        if self.transactional_id_prefix:
+            return self.transactional_id_prefix
+        if self.query_name:
+            return f"exactly-spark-{self.query_name}"
+        raise OptionError("an exactly-once stream needs a stable name for its transactional ids: "
+                          "set .queryName(...) on the query or option transactionalIdPrefix "
+                          "(or deliveryGuarantee=at-least-once)")
 
 
-_SOURCE_KEYS = {"subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets"}
-_SINK_KEYS = {"topic"}
+# Options Spark itself passes to a streaming source or sink.
+_SPARK_KEYS = {"queryname", "checkpointlocation", "path"}
+_SOURCE_KEYS = {"subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+                "maxoffsetspertrigger"} | _SPARK_KEYS
+_SINK_KEYS = {"topic", "deliveryguarantee", "transactionalidprefix", "decisionstopic"} | _SPARK_KEYS
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -109,7 +134,9 @@ def _assign(text: str) -> dict[str, tuple[int, ...]]:
                           'use JSON like {"topic":[0,1]}') from None
 
 
-def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    """Options of a read; `streaming` for readStream (startingOffsets defaults to latest there,
+    endingOffsets is not allowed, maxOffsetsPerTrigger is)."""
     opts = _lower(options)
     client = _client_config(opts, _SOURCE_KEYS, {"isolation.level": "read_committed"})
     chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
@@ -125,6 +152,16 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             re.compile(pattern)
         except re.error as exc:
             raise OptionError(f"bad regex in option subscribePattern: {exc}") from None
+    if streaming:
+        if "endingoffsets" in opts:
+            raise OptionError("option endingOffsets is for batch queries only, not for streams")
+        starting = _offsets("startingOffsets", opts.get("startingoffsets"), "latest")
+        return ReadOptions(client=client, subscribe=subscribe, subscribe_pattern=pattern,
+                           assign=_assign(opts["assign"]) if "assign" in opts else {},
+                           starting=starting,
+                           max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger"))
+    if "maxoffsetspertrigger" in opts:
+        raise OptionError("option maxOffsetsPerTrigger is for streams only, not for batch queries")
     starting = _offsets("startingOffsets", opts.get("startingoffsets"), "earliest")
     ending = _offsets("endingOffsets", opts.get("endingoffsets"), "latest")
     if starting == "latest":
@@ -140,8 +177,28 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
                        starting=starting, ending=ending)
 
 
+def _positive(opts: dict[str, str], key: str) -> int | None:
+    if key not in opts:
+        return None
+    try:
+        value = int(opts[key])
+        if value <= 0:
+            raise ValueError
+    except ValueError:
+        raise OptionError(f"bad value for option {key}: {opts[key]!r}; "
+                          "expected a positive whole number") from None
+    return value
+
+
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     opts = _lower(options)
     client = _client_config(opts, _SINK_KEYS, {"enable.idempotence": "true", "acks": "all"})
     topic = opts.get("topic")
-    return WriteOptions(client=client, topic=topic.strip() if topic else None)
+    delivery = opts.get("deliveryguarantee", EXACTLY_ONCE).strip().lower()
+    if delivery not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+        raise OptionError(f"bad value for option deliveryGuarantee: {opts['deliveryguarantee']!r}; "
+                          f"use {EXACTLY_ONCE} or {AT_LEAST_ONCE}")
+    return WriteOptions(client=client, topic=topic.strip() if topic else None, delivery=delivery,
+                        query_name=opts.get("queryname") or None,
+                        transactional_id_prefix=opts.get("transactionalidprefix") or None,
+                        decisions_topic=opts.get("decisionstopic") or DECISIONS_TOPIC)

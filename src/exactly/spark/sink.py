@@ -8,7 +8,7 @@ A plain batch write is at-least-once: a retried task writes its rows again. Exac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 from exactly.client import Producer
 from exactly.spark.options import OptionError, WriteOptions
 
-__all__ = ["BatchWriter", "WriteResult", "check_input_schema"]
+__all__ = ["BatchWriter", "WriteResult", "check_input_schema", "send_rows"]
 
 _BYTES = (BinaryType, StringType)
 
@@ -60,33 +60,41 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     return None if index < 0 else batch.column(index).to_pylist()
 
 
+def send_rows(producer: Producer, iterator: Iterator[pa.RecordBatch], default_topic: str | None,
+              after_batch: Callable[[int], None] | None = None) -> int:
+    """Send every row of the Arrow batches; return how many. Raises the first write error once
+    the producer is flushed. `after_batch(rows_so_far)` runs after each Arrow batch is sent."""
+    count = 0
+    futures: dict[int, Any] = {}  # one future per producer batch, to check after the flush
+    for batch in iterator:
+        n = batch.num_rows
+        values = _column(batch, "value") or [None] * n
+        keys = _column(batch, "key") or [None] * n
+        topics = _column(batch, "topic") or [default_topic] * n
+        parts = _column(batch, "partition") or [None] * n
+        headers = _column(batch, "headers") or [None] * n
+        for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers,
+                                                 strict=True):
+            topic = topic or default_topic
+            if topic is None:
+                raise ValueError("a row has a null topic and option 'topic' is not set")
+            future = producer.send(
+                topic, value, key, partition=part,
+                headers=[(h["key"], h["value"]) for h in hdrs] if hdrs else None)
+            futures.setdefault(id(future.batch), future)
+        count += n
+        if after_batch is not None:
+            after_batch(count)
+    producer.flush()
+    for future in futures.values():
+        future.result(timeout=0)  # raises the batch's error, if any
+    return count
+
+
 class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        count = 0
-        failed: dict[int, Any] = {}  # one future per producer batch, to check after the flush
-        default_topic = self.options.topic
         with Producer(self.options.client) as producer:
-            for batch in iterator:
-                n = batch.num_rows
-                values = _column(batch, "value") or [None] * n
-                keys = _column(batch, "key") or [None] * n
-                topics = _column(batch, "topic") or [default_topic] * n
-                parts = _column(batch, "partition") or [None] * n
-                headers = _column(batch, "headers") or [None] * n
-                for value, key, topic, part, hdrs in zip(values, keys, topics, parts, headers,
-                                                         strict=True):
-                    topic = topic or default_topic
-                    if topic is None:
-                        raise ValueError("a row has a null topic and option 'topic' is not set")
-                    future = producer.send(
-                        topic, value, key, partition=part,
-                        headers=[(h["key"], h["value"]) for h in hdrs] if hdrs else None)
-                    failed.setdefault(id(future.batch), future)
-                count += n
-            producer.flush()
-            for future in failed.values():
-                future.result(timeout=0)  # raises the batch's error, if any
-        return WriteResult(count)
+            return WriteResult(send_rows(producer, iterator, self.options.topic))
