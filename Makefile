@@ -28,7 +28,7 @@ test: venv
 	fi; exit $$rc
 
 demo: venv
-	$(VENV)/bin/python -m exactly.demo
+	$(VENV)/bin/exactly demo $(DEMO_ARGS)
 
 bench: venv
 	$(VENV)/bin/python bench/run.py

@@ -1,76 +1,328 @@
-"""`make demo`: start an embedded broker, round-trip records with a real Kafka client, show it.
+"""`exactly demo` (`make demo`): the Spark pipeline, exactly-once through driver crashes.
 
-Until the Spark pipeline exists this is the main job: it shows the broker speaking the Kafka
-protocol to librdkafka (confluent-kafka) with an idempotent producer, surviving a kill -9, and a
-consumer group reading everything exactly once.
+It starts an embedded broker, feeds the topic `orders` with JSON order events at a steady rate
+(a few percent of them malformed), and runs the pipeline of `exactly.spark.pipeline` as a Spark
+driver process. While the events flow it kills the driver with SIGKILL — the whole driver: JVM,
+Python, workers — a few times at random moments, and starts it again on its checkpoint. At the
+end it reads every output topic with read_committed and prints what came out against what went
+in: duplicates, missing records, wrong aggregates, transactions left open. It exits 1 if any of
+them is not zero.
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
+import json
+import os
+import queue
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-
+from exactly import failpoints
+from exactly.client import Admin, Consumer, NewTopic, Producer
+from exactly.spark.pipeline import (
+    DLQ_TOPIC,
+    ENRICHED_TOPIC,
+    IN_TOPIC,
+    OUTPUT_TOPICS,
+    QUERIES,
+    REGIONS,
+    STATS_TOPIC,
+    WINDOW_SECONDS,
+)
 from exactly.testing import EmbeddedBroker
 
-TOPIC = "demo-events"
-COUNT = 1000
+BAD_SHARE = 0.03
 
 
 def say(message: str) -> None:
-    print(f"[demo] {message}", flush=True)
+    print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def main() -> None:
-    with EmbeddedBroker() as broker:
-        say(f"broker started on {broker.bootstrap}, data in {broker.data_dir}")
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 3, 1)])[TOPIC].result(timeout=20)
-        say(f"created topic {TOPIC!r} with 3 partitions")
+@dataclass
+class Fed:
+    """What the feeder wrote (acknowledged): the expected input of the pipeline."""
+    good: dict[str, dict[str, Any]] = field(default_factory=dict)  # order id -> event
+    bad: Counter[bytes] = field(default_factory=Counter)
+    total: int = 0
 
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
-                             "acks": "all", "compression.type": "zstd", "linger.ms": 5})
-        acked: list[tuple[int, int]] = []
-        started = time.perf_counter()
-        for i in range(COUNT):
-            producer.produce(TOPIC, key=f"user-{i % 10}", value=f"event {i}",
-                             on_delivery=lambda err, msg: err is None and acked.append(
-                                 (msg.partition(), msg.offset())))
-            producer.poll(0)
-        producer.flush(30)
-        elapsed = time.perf_counter() - started
-        say(f"idempotent producer (acks=all, zstd): {len(acked)} of {COUNT} records acknowledged "
-            f"in {elapsed * 1000:.0f} ms")
 
-        broker.restart(kill=True)
-        say("broker killed with SIGKILL and restarted on the same data directory")
+def make_event(i: int, rng: random.Random, base_ms: int, rate: float) -> tuple[bytes, bytes, bool]:
+    """(key, value, valid): the i-th order event; event time advances with i."""
+    customer = f"c{rng.randrange(40):02d}"
+    amount = rng.randrange(100, 25000) / 100
+    event: dict[str, Any] = {"order_id": f"o{i:07d}", "customer": customer,
+             "amount": amount, "ts": base_ms + int(i * 1000 / rate)}
+    if rng.random() < BAD_SHARE:
+        kind = rng.randrange(3)
+        if kind == 0:
+            return customer.encode(), b'{"order_id": "o%07d", "amount": ' % i, False
+        if kind == 1:
+            event["amount"] = -amount
+        else:
+            del event["customer"]
+        return customer.encode(), json.dumps(event).encode(), False
+    return customer.encode(), json.dumps(event).encode(), True
 
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "demo-readers",
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
-        consumer.subscribe([TOPIC])
-        seen: dict[str, int] = {}
-        per_partition = [0, 0, 0]
-        deadline = time.monotonic() + 60
-        while sum(seen.values()) < COUNT and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
+
+class Feeder(threading.Thread):
+    def __init__(self, bootstrap: str, rate: float, seconds: float, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.rate, self.seconds = bootstrap, rate, seconds
+        self.rng = random.Random(seed)
+        self.fed = Fed()
+        self.base_ms = int(time.time() * 1000)
+        self.count = 0
+
+    def run(self) -> None:
+        pending = []
+        with Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5}) as producer:
+            started = time.monotonic()
+            total = int(self.rate * self.seconds)
+            for i in range(total):
+                delay = started + i / self.rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                key, value, valid = make_event(i, self.rng, self.base_ms, self.rate)
+                pending.append((producer.send(IN_TOPIC, value, key), value, valid))
+                self.count = i + 1
+            # the last event: far ahead in event time, so that every window before it closes
+            tick = {"order_id": "o-end", "customer": "c00", "amount": 1.0,
+                    "ts": self.base_ms + int(total * 1000 / self.rate) + 3600_000}
+            pending.append((producer.send(IN_TOPIC, json.dumps(tick).encode(), b"c00"),
+                            json.dumps(tick).encode(), True))
+            producer.flush()
+        for future, value, valid in pending:
+            future.result(timeout=0)  # the idempotent producer wrote each exactly once
+            if valid:
+                event = json.loads(value)
+                self.fed.good[event["order_id"]] = event
+            else:
+                self.fed.bad[value] += 1
+            self.fed.total += 1
+
+
+class Driver:
+    """The Spark driver process (python -m exactly.spark.pipeline) in a session of its own."""
+
+    def __init__(self, bootstrap: str, checkpoint: Path, delivery: str, trigger: float) -> None:
+        env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "exactly.spark.pipeline", bootstrap, str(checkpoint),
+             "--delivery", delivery, "--trigger-seconds", str(trigger)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env=env, start_new_session=True)
+        self.batches: Counter[str] = Counter()
+        self.progress: dict[str, dict[str, Any]] = {}
+        self.rows: Counter[str] = Counter()
+        self.ms: Counter[str] = Counter()
+        self.errors: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
                 continue
-            value = msg.value().decode()
-            seen[value] = seen.get(value, 0) + 1
-            per_partition[msg.partition()] += 1
-        consumer.commit(asynchronous=False)
-        consumer.close()
-        duplicates = sum(n - 1 for n in seen.values())
-        say(f"consumer group read {sum(seen.values())} records "
-            f"({', '.join(f'p{p}: {n}' for p, n in enumerate(per_partition))}), "
-            f"{len(seen)} distinct, {duplicates} duplicates, "
-            f"{COUNT - len(seen)} missing")
-        ok = len(seen) == COUNT and duplicates == 0
-        say("every acknowledged record came back exactly once" if ok else "MISMATCH")
-    if not ok:
-        raise SystemExit(1)
+            if "batch" in msg:
+                self.batches[msg["query"]] += 1
+                self.rows[msg["query"]] += msg["rows"]
+                self.ms[msg["query"]] += msg["ms"]
+                self.progress[msg["query"]] = msg
+            elif "error" in msg:
+                self.errors.put(msg["error"])
+
+    def kill(self) -> None:
+        failpoints.kill_session(self.proc.pid)
+        self.proc.wait()
+
+    def stop(self, timeout: float = 60) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        return self.proc.wait(timeout=timeout)
+
+
+def read_committed(bootstrap: str, topic: str) -> list[Any]:
+    """Every record of `topic`, read_committed, up to the end of each partition."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        parts = [p.partition for p in admin.describe_topics([topic])[topic].partitions]
+    out = []
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
+                   "auto.offset.reset": "earliest"}) as consumer:
+        tps = [(topic, p) for p in parts]
+        consumer.assign(tps)
+        consumer.seek_to_end(tps)
+        ends = {tp: consumer.position(tp) for tp in tps}
+        consumer.seek_to_beginning(tps)
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {topic} to its end")
+            out.extend(consumer.poll(timeout_ms=500))
+    return out
+
+
+def input_end(bootstrap: str) -> dict[str, dict[str, int]]:
+    with Consumer({"bootstrap.servers": bootstrap}) as consumer:
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            parts = [p.partition for p in admin.describe_topics([IN_TOPIC])[IN_TOPIC].partitions]
+        tps = [(IN_TOPIC, p) for p in parts]
+        consumer.assign(tps)
+        consumer.seek_to_end(tps)
+        return {IN_TOPIC: {str(p): consumer.position((IN_TOPIC, p)) for _, p in tps}}
+
+
+def expected_stats(fed: Fed) -> dict[tuple[int, str], tuple[int, float]]:
+    windows: dict[tuple[int, str], list[float]] = collections.defaultdict(list)
+    for event in fed.good.values():
+        if event["order_id"] == "o-end":
+            continue  # its own window is still open
+        start = event["ts"] // (WINDOW_SECONDS * 1000) * WINDOW_SECONDS * 1000
+        windows[start, REGIONS[event["customer"]]].append(event["amount"])
+    return {k: (len(v), round(sum(v), 2)) for k, v in windows.items()}
+
+
+def verify(bootstrap: str, fed: Fed) -> tuple[list[tuple[str, int, int, int, int, int]], int]:
+    """Rows (output, expected, got, duplicates, missing, wrong) and open transactions."""
+    rows = []
+    enriched = Counter(json.loads(r.value)["order_id"] for r in read_committed(
+        bootstrap, ENRICHED_TOPIC))
+    rows.append((ENRICHED_TOPIC, len(fed.good), sum(enriched.values()),
+                 sum(n - 1 for n in enriched.values() if n > 1),
+                 len(set(fed.good) - set(enriched)), len(set(enriched) - set(fed.good))))
+    dlq = Counter(r.value for r in read_committed(bootstrap, DLQ_TOPIC))
+    rows.append((DLQ_TOPIC, sum(fed.bad.values()), sum(dlq.values()),
+                 sum(max(0, n - fed.bad[v]) for v, n in dlq.items()),
+                 sum(max(0, n - dlq[v]) for v, n in fed.bad.items()),
+                 sum(1 for v in dlq if v not in fed.bad)))
+    want = expected_stats(fed)
+    got: Counter[tuple[int, str]] = Counter()
+    wrong = 0
+    for record in read_committed(bootstrap, STATS_TOPIC):
+        stat = json.loads(record.value)
+        key = (stat["window_start"], stat["region"])
+        got[key] += 1
+        expected = want.get(key)
+        if expected is None or expected[0] != stat["orders"] or \
+                abs(expected[1] - stat["total"]) > 0.011:
+            wrong += 1
+    rows.append((STATS_TOPIC, len(want), sum(got.values()),
+                 sum(n - 1 for n in got.values() if n > 1), len(set(want) - set(got)), wrong))
+    pattern = re.compile(r"exactly-spark-(" + "|".join(QUERIES) + r")-\d+")
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        listed = admin.list_transactions()
+    open_txns = sum(1 for t in listed if pattern.fullmatch(t.transactional_id)
+                    and t.state not in ("Empty", "CompleteCommit", "CompleteAbort", "Dead"))
+    return rows, open_txns
+
+
+def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
+    cells = [header] + [tuple(str(c) for c in row) for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
+                       enumerate(zip(r, widths, strict=True))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="exactly demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--crashes", type=int, default=3, help="driver kills (default 3)")
+    parser.add_argument("--seconds", type=float, default=60, help="how long events are fed")
+    parser.add_argument("--rate", type=float, default=200, help="events per second")
+    parser.add_argument("--trigger-seconds", type=float, default=2.0)
+    parser.add_argument("--delivery", default="exactly-once",
+                        choices=["exactly-once", "at-least-once"])
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    work = Path(tempfile.mkdtemp(prefix="exactly-demo-"))
+    started = time.monotonic()
+    with EmbeddedBroker(data_dir=work / "broker") as broker:
+        bootstrap = broker.bootstrap
+        say(f"broker on {bootstrap}, data and checkpoints in {work} (seed {seed})")
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topics([NewTopic(IN_TOPIC, 4)] + [NewTopic(t, 2) for t in OUTPUT_TOPICS])
+        feeder = Feeder(bootstrap, args.rate, args.seconds, seed)
+        feeder.start()
+        say(f"feeding {IN_TOPIC!r}: {args.rate:.0f} order events/s for {args.seconds:.0f} s, "
+            f"~{BAD_SHARE:.0%} malformed; pipeline {args.delivery}, "
+            f"{args.trigger_seconds:g} s triggers, {args.crashes} driver kills")
+        driver = Driver(bootstrap, work / "checkpoints", args.delivery, args.trigger_seconds)
+        kills, last, kill_at = 0, time.monotonic(), None
+        batches, batch_ms = 0, 0
+
+        def status() -> str:
+            b = driver.batches
+            return (f"fed {feeder.count} events; this driver run: {b['orders']} orders batches, "
+                    f"{b['stats']} stats batches; kills {kills}/{args.crashes}")
+
+        # Kill the driver at random moments, each time once the new run is processing batches.
+        while kills < args.crashes or feeder.is_alive():
+            time.sleep(0.25)
+            if kills < args.crashes and kill_at is None and driver.batches["orders"] >= 1:
+                kill_at = time.monotonic() + rng.uniform(0.5, 4)
+            if kill_at is not None and kill_at <= time.monotonic():
+                driver.kill()
+                kills, kill_at = kills + 1, None
+                batches += driver.batches["orders"]
+                batch_ms += driver.ms["orders"]
+                say(f"kill -9 of the Spark driver ({status()}); restarting it on its checkpoint")
+                driver = Driver(bootstrap, work / "checkpoints", args.delivery,
+                                args.trigger_seconds)
+            elif time.monotonic() - last > 5:
+                last = time.monotonic()
+                say(status())
+            if driver.proc.poll() is not None:
+                break
+        feeder.join()
+        target = input_end(bootstrap)
+        say(f"feeding done: {feeder.fed.total} events; waiting for the pipeline to catch up")
+        want_windows = len(expected_stats(feeder.fed))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            if not driver.errors.empty() or driver.proc.poll() is not None:
+                break
+            done = driver.progress.get("orders", {}).get("end")
+            if done is not None and (json.loads(done) if isinstance(done, str) else done) \
+                    == target and len(read_committed(bootstrap, STATS_TOPIC)) >= want_windows:
+                break
+        code = driver.stop() if driver.proc.poll() is None else driver.proc.returncode
+        if not driver.errors.empty():
+            say(f"the pipeline failed: {driver.errors.get()}")
+        elapsed = time.monotonic() - started
+        rows, open_txns = verify(bootstrap, feeder.fed)
+        print()
+        print(table(rows, ("output (read_committed)", "expected", "records", "duplicates",
+                           "missing", "wrong")))
+        print(f"\ninput records: {feeder.fed.total}   driver kills: {kills}   "
+              f"open transactions of the queries: {open_txns}   driver exit: {code}")
+        batches += driver.batches["orders"]
+        batch_ms += driver.ms["orders"]
+        print(f"throughput: the orders query took {batch_ms / 1000:.1f} s of batch time in "
+              f"{batches} batches for {feeder.fed.total} events: "
+              f"{feeder.fed.total * 1000 / max(1, batch_ms):.0f} events/s "
+              f"(fed at {args.rate:.0f}/s; {elapsed:.0f} s in all, driver restarts included)")
+        ok = open_txns == 0 and code == 0 and all(r[3] == r[4] == r[5] == 0 for r in rows)
+        say("verified: every event exactly once, no transaction left open" if ok
+            else "VERIFICATION FAILED")
+        return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 
-__all__ = ["ENV", "FailpointError", "active", "hit"]
+__all__ = ["ENV", "FailpointError", "active", "hit", "kill_session"]
 
 ENV = "EXACTLY_FAILPOINTS"
 ACTIONS = ("crash", "raise")
@@ -63,16 +63,16 @@ def hit(point: str, *, batch: int = 0) -> None:
                 os.getpid())
     if action == "raise":
         raise FailpointError(f"fault point {point} (batch {batch})")
-    _kill_session()
+    kill_session(os.getsid(0))
 
 
-def _kill_session() -> None:
-    """SIGKILL every process of this process's session, this one last."""
-    me, session = os.getpid(), os.getsid(0)
+def kill_session(session: int) -> None:
+    """SIGKILL every process of the session `session` (the caller last, if it is one of them)."""
+    me = os.getpid()
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:  # no /proc: the process group is the best we can do
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.killpg(session, signal.SIGKILL)
         return
     for pid in pids:
         if pid == me:
@@ -84,4 +84,5 @@ def _kill_session() -> None:
                 os.kill(pid, signal.SIGKILL)
         except (OSError, IndexError, ValueError):
             continue
-    os.kill(me, signal.SIGKILL)
+    if os.getsid(0) == session:
+        os.kill(me, signal.SIGKILL)

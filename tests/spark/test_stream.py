@@ -68,36 +68,48 @@ def test_read_committed_stream_never_shows_aborted_data(spark: SparkSession,
     assert (end if isinstance(end, dict) else __import__("json").loads(end)) == {topic: {"0": 9}}
 
 
-def test_stream_to_topic_exactly_once_records_its_decisions(spark: SparkSession,
-                                                            spark_broker: EmbeddedBroker,
-                                                            tmp_path: Path) -> None:
-    bootstrap = spark_broker.bootstrap
-    src, dst = _topic("src"), _topic("dst")
-    create_topic(bootstrap, src, partitions=2)
-    create_topic(bootstrap, dst, partitions=2)
-    with Producer({"bootstrap.servers": bootstrap}) as producer:
-        for i in range(500):
-            producer.send(src, f"v{i}".encode(), f"k{i}".encode())
-    name = f"copy_{uuid.uuid4().hex[:8]}"
+def _copy(spark: SparkSession, bootstrap: str, src: str, dst: str, name: str,
+          checkpoint: Path) -> int:
+    """Run a copy stream from src to dst until it has read everything; its last batch id."""
     query = (spark.readStream.format("exactly").option("kafka.bootstrap.servers", bootstrap)
              .option("subscribe", src).option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", "200").load()
              .select("key", "value")
              .writeStream.format("exactly").queryName(name)
              .option("kafka.bootstrap.servers", bootstrap).option("topic", dst)
-             .option("checkpointLocation", str(tmp_path / "ckpt")).start())
+             .option("checkpointLocation", str(checkpoint)).start())
     try:
         query.processAllAvailable()
-        last_batch = query.lastProgress["batchId"]
+        return int(query.lastProgress["batchId"])
     finally:
         query.stop()
+
+
+def test_stream_to_topic_exactly_once_records_its_decisions(spark: SparkSession,
+                                                            spark_broker: EmbeddedBroker,
+                                                            tmp_path: Path) -> None:
+    bootstrap = spark_broker.bootstrap
+    src, dst, again = _topic("src"), _topic("dst"), _topic("again")
+    for topic in (src, dst, again):
+        create_topic(bootstrap, topic, partitions=2)
+    with Producer({"bootstrap.servers": bootstrap}) as producer:
+        for i in range(500):
+            producer.send(src, f"v{i}".encode(), f"k{i}".encode())
+    name = f"copy_{uuid.uuid4().hex[:8]}"
+    last_batch = _copy(spark, bootstrap, src, dst, name, tmp_path / "ckpt")
+    expected = sorted((f"k{i}".encode(), f"v{i}".encode()) for i in range(500))
     got = read_committed(bootstrap, dst)
-    assert sorted(got) == sorted((f"k{i}".encode(), f"v{i}".encode()) for i in range(500))
+    assert sorted(got) == expected
     assert set(got.values()) == {1}
     decision = latest_decision({"bootstrap.servers": bootstrap}, DECISIONS_TOPIC,
                                f"exactly-spark-{name}")
     assert decision is not None and decision.batch == last_batch >= 2
     assert set(decision.participants) <= {f"exactly-spark-{name}-0", f"exactly-spark-{name}-1"}
+    # The same query name on a new checkpoint is a new query (batch ids from 0 again): the
+    # decisions of the old one must not make it skip its batches.
+    _copy(spark, bootstrap, src, again, name, tmp_path / "new-ckpt")
+    got = read_committed(bootstrap, again)
+    assert sorted(got) == expected
 
 
 def test_stream_options_are_checked(spark: SparkSession, spark_broker: EmbeddedBroker) -> None:

@@ -26,16 +26,23 @@ class Decision:
     prefix: str
     batch: int
     participants: dict[str, str] = field(default_factory=dict)  # transactional id -> state text
+    query_id: str = ""  # Spark's query id: the same across restarts from one checkpoint
 
     def to_json(self) -> bytes:
-        return json.dumps({"prefix": self.prefix, "batch": self.batch,
+        return json.dumps({"prefix": self.prefix, "batch": self.batch, "query_id": self.query_id,
                            "participants": self.participants}, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> Decision:
         value = json.loads(data)
         return cls(str(value["prefix"]), int(value["batch"]),
-                   {str(k): str(v) for k, v in value["participants"].items()})
+                   {str(k): str(v) for k, v in value["participants"].items()},
+                   str(value.get("query_id", "")))
+
+    def covers(self, query_id: str, batch: int) -> bool:
+        """Whether `batch` of the query `query_id` was decided already (a replay). A query
+        started on a new checkpoint has a new id and counts its batches from 0 again."""
+        return self.query_id == query_id and batch <= self.batch
 
 
 def ensure_topic(client: Mapping[str, str], topic: str) -> None:

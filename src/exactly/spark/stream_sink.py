@@ -51,6 +51,7 @@ class TaskCommit(WriterCommitMessage):  # type: ignore[misc]
     transactional_id: str = ""
     state: str = ""        # PreparedTxnState text; "" when the task has nothing to commit
     replayed: bool = False  # the batch was decided before: nothing written again
+    query_id: str = ""     # Spark's id of the query, the same across restarts
 
 
 def open_transactions(client: dict[str, str], prefix: str) -> list[str]:
@@ -93,6 +94,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             raise RuntimeError("StreamWriter.write runs in a Spark task")
         partition, attempt = ctx.partitionId(), ctx.attemptNumber()
         batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
+        query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
 
         def midway(rows: int) -> None:
             if attempt == 0:  # fault points in a task fire on its first attempt only
@@ -106,17 +108,17 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         with TransactionSession(self._session_config(txn_id)) as session:
             session.initialize(keep_prepared_txn=True)  # fences earlier attempts of this task
             self._finish_leftover(session)
-            if self.decision is not None and batch <= self.decision.batch:
+            if self.decision is not None and self.decision.covers(query_id, batch):
                 for _ in iterator:  # replay of a decided batch: its output is already there
                     pass
-                return TaskCommit(partition, 0, txn_id, replayed=True)
+                return TaskCommit(partition, 0, txn_id, replayed=True, query_id=query_id)
             session.begin_transaction()
             with Producer(self.options.client, session=session) as producer:
                 count = send_rows(producer, iterator, self.options.topic, midway)
             if count == 0:
-                return TaskCommit(partition, 0, txn_id)
+                return TaskCommit(partition, 0, txn_id, query_id=query_id)
             state = session.prepare_transaction()
-            return TaskCommit(partition, count, txn_id, str(state))
+            return TaskCommit(partition, count, txn_id, str(state), query_id=query_id)
 
     # -- on the driver --------------------------------------------------------------------------
 
@@ -136,7 +138,8 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         if not self.exactly_once:
             log.info("event=spark_batch_written batch=%d records=%d", batchId, records)
             return
-        if self.decision is not None and batchId <= self.decision.batch:
+        query_id = next((m.query_id for m in done), "")
+        if self.decision is not None and self.decision.covers(query_id, batchId):
             log.info("event=spark_batch_replayed batch=%d decided=%d", batchId,
                      self.decision.batch)
             self._finish_others(keep=set())
@@ -145,7 +148,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         self._finish_others(keep=set(participants))
         ensure_topic(self.options.client, self.options.decisions_topic)
         record_decision(self.options.client, self.options.decisions_topic,
-                        Decision(self.prefix, batchId, participants))
+                        Decision(self.prefix, batchId, participants, query_id))
         failpoints.hit("spark.driver.after_decision", batch=batchId)
         for txn_id, text in sorted(participants.items()):
             state = PreparedTxnState(text)
