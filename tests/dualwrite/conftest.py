@@ -1,0 +1,73 @@
+"""Fixtures of the dual-write tests: a broker for the module, a private PostgreSQL server for
+the session (started here, never skipped: no PostgreSQL is a failure), and a fresh database of
+each kind per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exactly.dualwrite.pgserver import PrivatePostgres
+from exactly.testing import EmbeddedBroker
+from tests.dualwrite.helpers import Database
+
+REPO = Path(__file__).resolve().parents[2]
+_names = itertools.count()
+
+BROKER_SETTINGS = {"log.flush.policy": "os", "group.initial.rebalance.delay.ms": "0"}
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PrivatePostgres]:
+    """A private PostgreSQL server (initdb + pg_ctl in a temporary directory, as the postgres
+    OS user when run as root); fsync off: the tests kill applications, not machines."""
+    with PrivatePostgres(settings={"fsync": "off", "max_connections": "100"}) as pg:
+        yield pg
+
+
+@pytest.fixture(scope="module")
+def dw_broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(settings=BROKER_SETTINGS) as b:
+        yield b
+
+
+def _new_database(kind: str, postgres_factory: object, tmp_path: Path) -> Database:
+    if kind == "sqlite":
+        return Database("sqlite", str(tmp_path / f"db{next(_names)}.sqlite"))
+    pg = postgres_factory
+    assert isinstance(pg, PrivatePostgres)
+    return Database("postgres", pg.create_database(f"dw{os.getpid()}_{next(_names)}"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
+    """A fresh, empty database: an SQLite file, or a new PostgreSQL database."""
+    pg = request.getfixturevalue("postgres") if request.param == "postgres" else None
+    return _new_database(request.param, pg, tmp_path)
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Database:
+    return _new_database("sqlite", None, tmp_path)
+
+
+@pytest.fixture
+def pg_db(postgres: PrivatePostgres, tmp_path: Path) -> Database:
+    return _new_database("postgres", postgres, tmp_path)
+
+
+def run_worker(module: str, *args: str, fault: str | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m tests.dualwrite.<module> args` from the repository root; EXACTLY_DUALWRITE_FAULT
+    set to `fault` (or unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "EXACTLY_DUALWRITE_FAULT"}
+    if fault:
+        env["EXACTLY_DUALWRITE_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", f"tests.dualwrite.{module}", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
