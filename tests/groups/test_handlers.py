@@ -34,7 +34,7 @@ def make_broker(coordinator: Any) -> Broker:
         synced.extend(logs)
 
     return Broker(groups=coordinator, now_ms=lambda: T0, node_id=7, advertised_host="h",
-                  advertised_port=9092, sync=sync, synced=synced)
+                  advertised_port=9092, sync=sync, synced=synced, markers_in_progress={})
 
 
 def request(api_key: int, version: int, **fields: Any) -> Any:

@@ -29,7 +29,7 @@ from exactly.log.errors import (
 )
 from exactly.log.files import fsync_dir
 from exactly.log.loader import load_producer_state, load_segments
-from exactly.log.markers import build_marker, parse_marker
+from exactly.log.markers import Marker, build_marker, parse_marker
 from exactly.log.producer_state import ProducerStateEntry, ProducerStateManager
 from exactly.log.segment import LogSegment, segment_name
 from exactly.log.txn_index import AbortedTxn
@@ -178,11 +178,12 @@ class PartitionLog:
         return headers
 
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None,
-               allow_control: bool = False) -> AppendResult:
+               allow_control: bool = False, marker: Marker | None = None) -> AppendResult:
         """Append the batches of one Produce request, all or nothing.
 
         Control batches (transaction markers) are refused unless `allow_control`: clients may not
-        write them, only the broker's own coordinators.
+        write them, only the broker's own coordinators. `marker` is what the one control batch
+        holds when the caller built it (append_marker), which spares decoding it again.
         """
         view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
         headers = self._parse(view, allow_control)
@@ -198,11 +199,11 @@ class PartitionLog:
             if h.producer_id >= 0:
                 ts = append_time if append_time >= 0 else h.max_timestamp
                 if h.attributes & ATTR_CONTROL:
-                    marker = parse_marker(h)
-                    if marker is None:
+                    found = marker if marker is not None and len(headers) == 1 else parse_marker(h)
+                    if found is None:
                         raise InvalidRecordError("control batch is not a transaction marker")
-                    staged.add_marker(h.producer_id, h.producer_epoch, base, ts, commit=marker.commit,
-                                      coordinator_epoch=marker.coordinator_epoch)
+                    staged.add_marker(h.producer_id, h.producer_epoch, base, ts, commit=found.commit,
+                                      coordinator_epoch=found.coordinator_epoch)
                 else:
                     dup = staged.add(h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence,
                                      base, last, ts,
@@ -254,7 +255,8 @@ class PartitionLog:
             now_ms = self._now_ms()
         data = build_marker(producer_id, producer_epoch, commit=commit,
                             coordinator_epoch=coordinator_epoch, timestamp=now_ms)
-        return self.append(data, now_ms=now_ms, allow_control=True)
+        return self.append(data, now_ms=now_ms, allow_control=True,
+                           marker=Marker(commit, coordinator_epoch))
 
     # -- transactions ----------------------------------------------------------------------
 
@@ -279,6 +281,10 @@ class PartitionLog:
     def ongoing_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of its open transaction."""
         return dict(self.producer_state.ongoing)
+
+    def in_transaction(self, producer_id: int) -> bool:
+        """Has `producer_id` an open transaction here? (Without copying ongoing_transactions.)"""
+        return producer_id in self.producer_state.ongoing
 
     def producers(self) -> list[ProducerStateEntry]:
         """A copy of every producer's state (DescribeProducers)."""

@@ -132,8 +132,23 @@ def _writer(cls: type) -> Any:
     return writer
 
 
+_RESPONSE_HEADER = struct.Struct(">ii")  # size, correlation id
+
+
+@cache
+def _response_tags(api_key: int, api_version: int) -> bytes:
+    """What follows the correlation id in a response header: v1's empty tagged fields, or none."""
+    flexible = _flexible(response_class(api_key, api_version))
+    return b"\0" if flexible and api_key != ApiKey.API_VERSIONS else b""
+
+
 def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
-    """A complete response frame, size prefix included."""
+    """A complete response frame, size prefix included. `response` is a kio entity, or the body
+    already encoded (bytes, from exactly.protocol.hot)."""
+    if isinstance(response, bytes):
+        tags = _response_tags(api_key, api_version)
+        size = 4 + len(tags) + len(response)
+        return _RESPONSE_HEADER.pack(size, correlation_id) + tags + response
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     buf.write(struct.pack(">i", correlation_id))

@@ -76,6 +76,9 @@ class Broker:
         self.listeners: list[tuple[asyncio.Server, Any]] = []
         self.scram_credentials = ScramCredentialStore(self.log_dir)
         self._tasks: list[asyncio.Task[None]] = []
+        # Transactional id -> set once its markers are written (exactly.server.transactions).
+        self.markers_in_progress: dict[str, asyncio.Event] = {}
+        self.background_tasks: set[asyncio.Task[None]] = set()  # markers after an EndTxn answer
         self._metrics: Any = None  # exactly.server.metrics.MetricsServer when metrics.listen is set
         self.metrics_enabled = bool(config["metrics.listen"])
 
@@ -195,6 +198,11 @@ class Broker:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
         if self._metrics is not None:
             await self._metrics.stop()
+        if self.background_tasks:
+            # Markers of answered commits: let them land rather than leave them to recovery.
+            _, late = await asyncio.wait(set(self.background_tasks), timeout=10)
+            for task in late:
+                task.cancel()
         self.logs.close()
 
 

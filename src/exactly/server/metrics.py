@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from exactly.log.errors import UnknownTopicOrPartitionError
 from exactly.protocol.apis import api_name
+from exactly.server.transactions import wait_for_all_markers
 from exactly.txn.state import TxnState
 
 if TYPE_CHECKING:
@@ -160,6 +161,8 @@ class MetricsServer:
             if method not in ("GET", "HEAD"):
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET /metrics\n"
             elif path in ("/metrics", "/"):
+                # Transactions whose EndTxn was answered show as complete, as they are about to.
+                await wait_for_all_markers(self.broker)
                 started = time.perf_counter()
                 body = generate_latest(REGISTRY)
                 log.debug("metrics scrape took %.1f ms", (time.perf_counter() - started) * 1000)

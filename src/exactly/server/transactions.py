@@ -5,10 +5,16 @@ the order that keeps DESIGN invariant 4: the PrepareCommit/PrepareAbort record i
 then a marker goes into every partition of the transaction (and pending transactional offsets in
 `__consumer_offsets` are applied or dropped), those are made durable, and only then is the
 transaction recorded complete.
+
+EndTxn is answered once the decision is durable, as in Apache Kafka: the outcome is fixed from
+then on (a restart rolls it forward), and the markers follow in a task of their own. While a
+transaction's markers are being written, requests for its transactional id wait for them
+(`wait_for_markers`) instead of answering CONCURRENT_TRANSACTIONS, which clients back off on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -16,7 +22,7 @@ from exactly.groups import OFFSETS_TOPIC
 from exactly.log import PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.errors import ErrorCode, error_name
-from exactly.server.faults import fault_point
+from exactly.server.faults import fault_point, pause_point
 
 if TYPE_CHECKING:
     from exactly.server.broker import Broker
@@ -53,8 +59,56 @@ def write_markers(broker: Broker, producer_id: int, producer_epoch: int, *, comm
 
 async def finish(broker: Broker, markers: TxnMarkers) -> tuple[int, int]:
     """Roll a prepared transaction forward; returns the producer id and epoch now current."""
-    await broker.sync([broker.txn.log_for(markers.transactional_id)])
+    done = _markers_pending(broker, markers.transactional_id)
+    try:
+        await broker.sync([broker.txn.log_for(markers.transactional_id)])
+        fault_point("txn.after_prepare")
+        return await _write_and_complete(broker, markers)
+    finally:
+        _markers_done(broker, markers.transactional_id, done)
+
+
+async def decide(broker: Broker, markers: TxnMarkers) -> None:
+    """EndTxn's part of finishing: return once the PrepareX record is durable (the client may be
+    answered then), with the markers and CompleteX under way in a task of their own."""
+    done = _markers_pending(broker, markers.transactional_id)
+    try:
+        await broker.sync([broker.txn.log_for(markers.transactional_id)])
+    except BaseException:
+        _markers_done(broker, markers.transactional_id, done)
+        raise
     fault_point("txn.after_prepare")
+    task = asyncio.create_task(_finish_in_background(broker, markers, done))
+    broker.background_tasks.add(task)
+    task.add_done_callback(broker.background_tasks.discard)
+
+
+async def wait_for_markers(broker: Broker, transactional_id: str) -> None:
+    """Return once no markers of `transactional_id` are being written."""
+    while (done := broker.markers_in_progress.get(transactional_id)) is not None:
+        await done.wait()
+
+
+async def wait_for_all_markers(broker: Broker) -> None:
+    """Return once the markers being written now are written (not those begun meanwhile)."""
+    for done in list(broker.markers_in_progress.values()):
+        await done.wait()
+
+
+async def _finish_in_background(broker: Broker, markers: TxnMarkers, done: asyncio.Event) -> None:
+    try:
+        await pause_point("txn.before_markers")
+        await _write_and_complete(broker, markers)
+    except Exception:
+        # The decision is durable: the next start rolls it forward. Until then the transaction
+        # stays in PrepareX and requests for it answer CONCURRENT_TRANSACTIONS, as before.
+        log.exception("markers of transaction %r (producer %d) not written; a restart rolls "
+                      "it forward", markers.transactional_id, markers.producer_id)
+    finally:
+        _markers_done(broker, markers.transactional_id, done)
+
+
+async def _write_and_complete(broker: Broker, markers: TxnMarkers) -> tuple[int, int]:
     _, written = write_markers(broker, markers.producer_id, markers.producer_epoch,
                                commit=markers.commit, coordinator_epoch=markers.coordinator_epoch,
                                partitions=markers.partitions)
@@ -65,6 +119,18 @@ async def finish(broker: Broker, markers: TxnMarkers) -> tuple[int, int]:
              markers.transactional_id, markers.producer_id, markers.producer_epoch,
              "committed" if markers.commit else "aborted", len(markers.partitions))
     return result
+
+
+def _markers_pending(broker: Broker, transactional_id: str) -> asyncio.Event:
+    done = asyncio.Event()
+    broker.markers_in_progress[transactional_id] = done
+    return done
+
+
+def _markers_done(broker: Broker, transactional_id: str, done: asyncio.Event) -> None:
+    if broker.markers_in_progress.get(transactional_id) is done:
+        del broker.markers_in_progress[transactional_id]
+    done.set()
 
 
 async def recover(broker: Broker) -> None:

@@ -306,7 +306,7 @@ class TransactionCoordinator(CoordinatorBase):
         log.debug("event=txn_end transactional_id=%r producer_id=%d epoch=%d commit=%s "
                  "partitions=%d", new.transactional_id, new.producer_id, new.producer_epoch,
                  commit, len(new.partitions))
-        return self._end_answer(new, bump_epoch, markers)
+        return self._end_answer(new, markers)
 
     def _end_empty_abort(self, meta: TxnMetadata, now_ms: int) -> EndResult:
         """A version-2 client aborts a transaction that added nothing: bump, no markers."""
@@ -314,7 +314,7 @@ class TransactionCoordinator(CoordinatorBase):
         new.partitions.clear()
         self._bump_for_end(new)
         self._prepare_end(new, commit=False, now_ms=now_ms)
-        return self._end_answer(new, True, None)
+        return self._end_answer(new, None)
 
     def _bump_for_end(self, new: TxnMetadata) -> None:
         # KIP-890: Prepare is written with epoch + 1 (the markers carry it). When the epoch is
@@ -327,8 +327,10 @@ class TransactionCoordinator(CoordinatorBase):
         new.client_transaction_version = 2
 
     @staticmethod
-    def _end_answer(new: TxnMetadata, bump_epoch: bool, markers: TxnMarkers | None) -> EndResult:
-        if bump_epoch and new.next_producer_id != NO_PRODUCER_ID:
+    def _end_answer(new: TxnMetadata, markers: TxnMarkers | None) -> EndResult:
+        """The identity the client holds once the transaction is complete (what CompleteX will
+        record, see `_completed`), so the broker may answer before the markers are written."""
+        if new.next_producer_id != NO_PRODUCER_ID:
             return EndResult(E.none, new.next_producer_id, new.next_producer_epoch, markers)
         return EndResult(E.none, new.producer_id, new.producer_epoch, markers)
 

@@ -19,6 +19,7 @@ from exactly.protocol.apis import ApiKey
 from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import advertised_address
+from exactly.server.transactions import wait_for_markers
 
 NO_THROTTLE = datetime.timedelta(0)
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
@@ -282,6 +283,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     if errors is None and group_id:  # an empty group id gets INVALID_GROUP_ID from the coordinator
         tp = (OFFSETS_TOPIC, coordinator.offsets_partition(group_id))
         txn = broker.txn
+        await wait_for_markers(broker, txn_id)
         if ctx.api_version >= 5:
             # Transaction version 2 (KIP-890 part 2): the client sends no AddOffsetsToTxn; this
             # request adds the group's offsets partition to the transaction itself.

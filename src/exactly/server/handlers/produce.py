@@ -1,22 +1,27 @@
 """Produce (v3–v13): append each partition's batches, then wait for durability when acks=all.
 
 Every append happens before the handler's first `await`, so pipelined requests of one connection
-are appended in the order they were sent (idempotent producers rely on it).
+are appended in the order they were sent (idempotent producers rely on it). The one exception is
+waiting for the markers of the producer's previous transaction: then its later requests wait as
+well, and the waits end in arrival order.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from exactly.log import PartitionLog
 from exactly.log.errors import LogError
+from exactly.protocol import hot
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.records import RecordBatchError, RecordBatchHeader
 from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import RequestContext
-from exactly.server.handlers.common import NO_THROTTLE, partition_log, topic_of, unknown_topic_error
+from exactly.server.handlers.common import partition_log, topic_of, unknown_topic_error
+from exactly.server.transactions import wait_for_markers
 
 log = logging.getLogger("exactly.produce")
 
@@ -24,8 +29,12 @@ log = logging.getLogger("exactly.produce")
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     acks = request.acks
+    if request.transactional_id in broker.markers_in_progress:
+        # The previous transaction's markers first, so this one is checked against the state
+        # they leave. The producer's later requests wait too, and resume in order.
+        await wait_for_markers(broker, request.transactional_id)
     written: list[PartitionLog] = []
-    topic_responses = []
+    topic_responses: list[tuple[str, uuid.UUID | None, list[hot.ProducedPartition]]] = []
     # Kafka: transactional records need WRITE on the transactional id, or nothing is written.
     txn_denied = ctx.authorizing and _transactional(request) and (
         request.transactional_id is None
@@ -35,7 +44,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         info, name, topic_id = topic_of(ctx, topic)
         denied = txn_denied or (name is not None and not ctx.authorize(
             Operation.WRITE, ResourceType.TOPIC, name))
-        partitions = []
+        partitions: list[hot.ProducedPartition] = []
         for pdata in topic.partition_data:
             error, message = ErrorCode.none, None
             base_offset, log_start = -1, -1
@@ -64,17 +73,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     written.append(plog)  # a duplicate's original may still be awaiting its fsync
                     if not result.duplicate:
                         broker.notify_append(plog)
-            partitions.append(ctx.nested(
-                "PartitionProduceResponse", index=pdata.index, error_code=error,
-                base_offset=base_offset, log_append_time=None, log_start_offset=log_start,
-                record_errors=(), error_message=message))
-        topic_responses.append(ctx.nested("TopicProduceResponse", name=name or "", topic_id=topic_id,
-                                          partition_responses=tuple(partitions)))
+            partitions.append((pdata.index, error, base_offset, log_start, message))
+        topic_responses.append((name or "", topic_id, partitions))
     if acks == -1 and written:
         await broker.sync(written)
     if acks == 0:
         return None
-    return ctx.response(responses=tuple(topic_responses), throttle_time=NO_THROTTLE)
+    return hot.produce(ctx.api_version, topic_responses)
 
 
 def _transactional(request: Any) -> bool:
@@ -110,7 +115,7 @@ def _check_transaction(ctx: RequestContext, request: Any, plog: PartitionLog,
     if txn_id is None:
         return ErrorCode.invalid_record, "a transactional batch needs the request's transactional id"
     pid, epoch = header.producer_id, header.producer_epoch
-    if pid in plog.ongoing_transactions():
+    if plog.in_transaction(pid):
         return ErrorCode.none, None  # verified when its transaction first wrote here
     broker = ctx.broker
     tp = (plog.topic, plog.partition)

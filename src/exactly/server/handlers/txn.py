@@ -9,12 +9,13 @@ import re
 from typing import Any
 
 from exactly.groups import OFFSETS_TOPIC
+from exactly.protocol import hot
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log
-from exactly.server.transactions import finish, write_markers
+from exactly.server.transactions import decide, finish, wait_for_markers, write_markers
 
 # First request version that knows PRODUCER_FENCED; older ones get INVALID_PRODUCER_EPOCH.
 _FENCED_SINCE = {
@@ -64,6 +65,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
                                            enable_2pc=enable_2pc,
                                            keep_prepared_txn=keep_prepared_txn)
 
+    await wait_for_markers(broker, txn_id)
     result = init()
     if result.markers is not None:
         # The previous instance left a transaction open: it is aborted with a bumped epoch
@@ -120,25 +122,30 @@ def _add(ctx: RequestContext, txn_id: str, pid: int, epoch: int, topics: Any,
     return txn.add_partitions(txn_id, pid, epoch, wanted, now_ms=ctx.broker.now_ms())
 
 
-def _topic_results(ctx: RequestContext, results: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
-    by_topic: dict[str, list[Any]] = {}
+def _by_topic(ctx: RequestContext,
+              results: dict[tuple[str, int], ErrorCode]) -> dict[str, list[tuple[int, int]]]:
+    by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), error in results.items():
-        by_topic.setdefault(topic, []).append(ctx.nested(
-            "AddPartitionsToTxnPartitionResult", partition_index=partition,
-            partition_error_code=_for_version(ctx, error)))
-    return tuple(ctx.nested("AddPartitionsToTxnTopicResult", name=topic,
-                            results_by_partition=tuple(parts)) for topic, parts in by_topic.items())
+        by_topic.setdefault(topic, []).append((partition, _for_version(ctx, error)))
+    return by_topic
+
+
+def _topic_results(ctx: RequestContext, results: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
+    return tuple(ctx.nested("AddPartitionsToTxnTopicResult", name=topic, results_by_partition=tuple(
+        ctx.nested("AddPartitionsToTxnPartitionResult", partition_index=partition,
+                   partition_error_code=error) for partition, error in parts))
+        for topic, parts in _by_topic(ctx, results).items())
 
 
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     txn = ctx.broker.txn
     if ctx.api_version <= 3:
         txn_id = request.v3_and_below_transactional_id
+        await wait_for_markers(ctx.broker, txn_id)
         results = _add(ctx, txn_id, request.v3_and_below_producer_id,
                        request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
         await ctx.broker.sync([txn.log_for(txn_id)])
-        return ctx.response(throttle_time=NO_THROTTLE,
-                            results_by_topic_v3_and_below=_topic_results(ctx, results))
+        return hot.add_partitions_to_txn(ctx.api_version, _by_topic(ctx, results).items())
     if not ctx.authorize(Operation.CLUSTER_ACTION):
         # v4+ is the brokers' verification call (KIP-890), not a client's.
         return ctx.response(throttle_time=NO_THROTTLE,
@@ -146,6 +153,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
                             results_by_transaction=())
     by_txn = []
     for t in request.transactions:
+        await wait_for_markers(ctx.broker, t.transactional_id)
         results = _add(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
                        t.verify_only)
         by_txn.append(ctx.nested("AddPartitionsToTxnResult", transactional_id=t.transactional_id,
@@ -164,6 +172,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
         return ctx.response(throttle_time=NO_THROTTLE,
                             error_code=ErrorCode.group_authorization_failed)
     offsets_partition = (OFFSETS_TOPIC, broker.groups.offsets_partition(request.group_id))
+    await wait_for_markers(broker, request.transactional_id)
     error = broker.txn.add_offsets(request.transactional_id, request.producer_id,
                                    request.producer_epoch, request.group_id, offsets_partition,
                                    now_ms=broker.now_ms())
@@ -175,23 +184,20 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     if not _may_write(ctx, request.transactional_id):
-        return ctx.response(throttle_time=NO_THROTTLE,
-                            error_code=ErrorCode.transactional_id_authorization_failed,
-                            producer_id=-1, producer_epoch=-1)
+        return hot.end_txn(ctx.api_version, ErrorCode.transactional_id_authorization_failed)
     bump = ctx.api_version >= 5 and broker.transaction_version >= 2
+    await wait_for_markers(broker, request.transactional_id)  # a retry gets the outcome
     result = broker.txn.end_txn(request.transactional_id, request.producer_id,
                                 request.producer_epoch, request.committed, bump_epoch=bump,
                                 now_ms=broker.now_ms())
     if result.error != ErrorCode.none:
-        return ctx.response(throttle_time=NO_THROTTLE, error_code=_for_version(ctx, result.error),
-                            producer_id=-1, producer_epoch=-1)
+        return hot.end_txn(ctx.api_version, _for_version(ctx, result.error))
     if result.markers is not None:
-        producer_id, epoch = await finish(broker, result.markers)
+        # Answered once the decision is durable; the markers follow (exactly.server.transactions).
+        await decide(broker, result.markers)
     else:
         await broker.sync([broker.txn.log_for(request.transactional_id)])
-        producer_id, epoch = result.producer_id, result.producer_epoch
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                        producer_id=producer_id, producer_epoch=epoch)
+    return hot.end_txn(ctx.api_version, ErrorCode.none, result.producer_id, result.producer_epoch)
 
 
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
@@ -229,6 +235,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
                 transactional_id=txn_id, transaction_state="", transaction_timeout=NO_THROTTLE,
                 transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=()))
             continue
+        await wait_for_markers(ctx.broker, txn_id)  # an answered commit shows as complete
         meta = ctx.broker.txn.describe(txn_id)
         if meta is None:
             states.append(ctx.nested(

@@ -1,0 +1,92 @@
+"""The hand-written encoders of exactly.protocol.hot write byte for byte what kio writes for the
+same response, at every version they cover, and kio reads them back."""
+
+import datetime
+import uuid
+
+import pytest
+
+from exactly.protocol import hot
+from exactly.protocol.apis import SUPPORTED, ApiKey, build, response_class, response_module
+from exactly.protocol.errors import ErrorCode
+from exactly.protocol.framing import decode_response, encode_response
+
+ZERO = datetime.timedelta(0)
+
+
+def _nested(api_key: int, version: int, entity: str, /, **fields):
+    return build(getattr(response_module(api_key, version), entity), **fields)
+
+
+def _same_frame(api_key: int, version: int, entity, body: bytes):
+    expected = encode_response(api_key, version, 12345, entity)
+    frame = encode_response(api_key, version, 12345, body)
+    assert frame == expected
+    correlation_id, decoded = decode_response(api_key, version, frame[4:])
+    assert correlation_id == 12345
+    return decoded
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[ApiKey.END_TXN][0],
+                                          SUPPORTED[ApiKey.END_TXN][1] + 1))
+@pytest.mark.parametrize(("error", "pid", "epoch"), [
+    (ErrorCode.none, 4711, 3), (ErrorCode.producer_fenced, -1, -1),
+    (ErrorCode.none, 2**62, 32767)])
+def test_end_txn(version, error, pid, epoch):
+    entity = build(response_class(ApiKey.END_TXN, version), throttle_time=ZERO, error_code=error,
+                   producer_id=pid, producer_epoch=epoch)
+    decoded = _same_frame(ApiKey.END_TXN, version, entity, hot.end_txn(version, error, pid, epoch))
+    assert decoded.error_code == error
+
+
+@pytest.mark.parametrize("version", range(4))
+@pytest.mark.parametrize("results", [
+    [],
+    [("orders", [(0, ErrorCode.none)])],
+    [("orders", [(0, ErrorCode.none), (7, ErrorCode.none)]),
+     ("é-topic", [(2, ErrorCode.concurrent_transactions)])],
+    [("t" * 300, [(p, ErrorCode.operation_not_attempted) for p in range(70)])],
+])
+def test_add_partitions_to_txn(version, results):
+    k = ApiKey.ADD_PARTITIONS_TO_TXN
+    entity = build(response_class(k, version), throttle_time=ZERO,
+                   results_by_topic_v3_and_below=tuple(
+                       _nested(k, version, "AddPartitionsToTxnTopicResult", name=name,
+                               results_by_partition=tuple(
+                                   _nested(k, version, "AddPartitionsToTxnPartitionResult",
+                                           partition_index=p, partition_error_code=e)
+                                   for p, e in parts))
+                       for name, parts in results))
+    _same_frame(k, version, entity, hot.add_partitions_to_txn(version, results))
+
+
+def test_add_partitions_to_txn_only_the_clients_versions():
+    with pytest.raises(ValueError, match="v4"):
+        hot.add_partitions_to_txn(4, [])
+
+
+TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[ApiKey.PRODUCE][0],
+                                          SUPPORTED[ApiKey.PRODUCE][1] + 1))
+@pytest.mark.parametrize("topics", [
+    [],
+    [("orders", TOPIC_ID, [(0, ErrorCode.none, 42, 0, None)])],
+    [("orders", None, [(0, ErrorCode.none, 42, 0, None),
+                       (3, ErrorCode.invalid_record, -1, -1, "empty or null record set")]),
+     ("ünïcode", TOPIC_ID, [(1, ErrorCode.not_enough_replicas, -1, 17, "é" * 200)])],
+    [("", None, [(p, ErrorCode.unknown_topic_id, -1, -1, None) for p in range(130)])],
+])
+def test_produce(version, topics):
+    k = ApiKey.PRODUCE
+    entity = build(response_class(k, version), throttle_time=ZERO, responses=tuple(
+        _nested(k, version, "TopicProduceResponse", name=name, topic_id=topic_id,
+                partition_responses=tuple(
+                    _nested(k, version, "PartitionProduceResponse", index=i, error_code=e,
+                            base_offset=b, log_append_time=None, log_start_offset=s,
+                            record_errors=(), error_message=m)
+                    for i, e, b, s, m in parts))
+        for name, topic_id, parts in topics))
+    decoded = _same_frame(k, version, entity, hot.produce(version, topics))
+    assert len(decoded.responses) == len(topics)
