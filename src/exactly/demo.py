@@ -17,7 +17,6 @@ import json
 import os
 import queue
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from exactly.spark.pipeline import (
     STATS_TOPIC,
     WINDOW_SECONDS,
 )
+from exactly.spark.stream_sink import open_transactions
 from exactly.testing import EmbeddedBroker
 
 BAD_SHARE = 0.03
@@ -221,11 +221,8 @@ def verify(bootstrap: str, fed: Fed) -> tuple[list[tuple[str, int, int, int, int
             wrong += 1
     rows.append((STATS_TOPIC, len(want), sum(got.values()),
                  sum(n - 1 for n in got.values() if n > 1), len(set(want) - set(got)), wrong))
-    pattern = re.compile(r"exactly-spark-(" + "|".join(QUERIES) + r")-\d+")
-    with Admin({"bootstrap.servers": bootstrap}) as admin:
-        listed = admin.list_transactions()
-    open_txns = sum(1 for t in listed if pattern.fullmatch(t.transactional_id)
-                    and t.state not in ("Empty", "CompleteCommit", "CompleteAbort", "Dead"))
+    client = {"bootstrap.servers": bootstrap}
+    open_txns = sum(len(open_transactions(client, f"exactly-spark-{q}")) for q in QUERIES)
     return rows, open_txns
 
 

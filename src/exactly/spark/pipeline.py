@@ -95,7 +95,6 @@ def _report(queries: list[Any], stop: threading.Event) -> None:
                 print(json.dumps({"query": q.name, "batch": p["batchId"],
                                   "rows": p["numInputRows"],
                                   "ms": p["durationMs"].get("triggerExecution", 0),
-                                  "durations": p["durationMs"],
                                   "end": p["sources"][0]["endOffset"] if p["sources"] else None}),
                       flush=True)
             if q.exception() is not None:
