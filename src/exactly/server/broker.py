@@ -193,7 +193,7 @@ class Broker:
                 server.close()
             self._server.close()
             for conn in list(self.connections):
-                conn.writer.close()
+                conn.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
         if self._metrics is not None:

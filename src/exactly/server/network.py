@@ -1,10 +1,15 @@
 """The asyncio network server: frames in, handlers, frames out in request order.
 
+A connection is an `asyncio.BufferedProtocol`: the transport reads into the connection's own
+buffer, and a frame too large for it (a Produce request of a megabyte) is read straight into a
+buffer of its own, so its bytes are copied once, by the kernel.
+
 Requests on one connection are pipelined: each is handed to its handler as soon as it is read,
 and responses are written in the order the requests arrived. A handler runs inline until it
 finishes or first waits (most finish: their answer is written at once, without a task); one that
 waits goes on as a task. Handlers start in arrival order, so a handler that changes state before
-its first `await` (Produce appends that way) keeps the client's order.
+its first `await` (Produce appends that way) keeps the client's order. Reading pauses while
+MAX_IN_FLIGHT answers are waiting or the unsent answers exceed MAX_WRITE_BUFFER.
 """
 
 from __future__ import annotations
@@ -33,84 +38,177 @@ log = logging.getLogger("exactly.server")
 
 MAX_IN_FLIGHT = 64  # answers waiting per connection; reading pauses beyond this
 MAX_WRITE_BUFFER = 4 * 1024 * 1024  # bytes not yet sent; reading pauses beyond this
+RECEIVE_BUFFER = 64 * 1024  # sizes and frames up to this are read here; larger ones in place
+LARGE_KEPT = 16 * 1024 * 1024  # a connection keeps its buffer for large frames up to this size
 
 Frame = bytes | None  # None: a request answered by no response (Produce with acks=0)
 
 
-class Connection:
-    def __init__(self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 listener: ListenerRuntime | None = None):
+class Connection(asyncio.BufferedProtocol):
+    def __init__(self, broker: Broker, listener: ListenerRuntime | None = None):
         self.broker = broker
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.client_host = peer[0] if isinstance(peer, tuple) else ""
+        self.listener = listener or ListenerRuntime("PLAINTEXT", broker.advertised_host,
+                                                    broker.advertised_port)
+        self.transport: Any = None
+        self.peer = self.client_host = ""
+        self.session: AuthSession | None = None
         # Answers not written yet, in request order; the head may still be in the works.
         self._pending: deque[asyncio.Future[Frame]] = deque()
-        self._room = asyncio.Event()
         self._failed = False
-        listener = listener or ListenerRuntime("PLAINTEXT", broker.advertised_host,
-                                               broker.advertised_port)
+        self._closing = False  # no more requests are read; closed once the answers are out
+        self._paused = False  # reading paused: too many answers waiting, or too much unsent
+        self._write_paused = False
+        self._buffer = bytearray(RECEIVE_BUFFER)
+        self._have = 0  # bytes of self._buffer received and not yet taken as frames
+        # A large frame is read in place into self._large, kept for the next one: a fresh
+        # megabyte per Produce request would cost page faults and zeroing every time.
+        self._large = bytearray()
+        self._frame: memoryview | None = None  # the part of self._large the frame fills
+        self._frame_have = 0
+        # Requests are timed and counted (metrics.timed -> observe_request) only when the broker
+        # serves metrics (metrics.listen).
+        self._timed: Any = timed if broker.metrics_enabled else None
+
+    # -- asyncio.BufferedProtocol -------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=MAX_WRITE_BUFFER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.client_host = peer[0] if isinstance(peer, tuple) else ""
+        broker, listener = self.broker, self.listener
         # On an SSL listener the client certificate names the principal; with SASL, SASL does.
-        tls_principal = (principal_of(writer.get_extra_info("peercert"))
+        tls_principal = (principal_of(transport.get_extra_info("peercert"))
                          if listener.name == "SSL" else None)
         self.session = AuthSession(listener, mechanisms=broker.config["sasl.enabled.mechanisms"],
                                    plain_users=broker.config.plain_users,
                                    scram_store=broker.scram_credentials,
                                    tls_principal=tls_principal)
-        # Requests are timed and counted (metrics.timed -> observe_request) only when the broker
-        # serves metrics (metrics.listen).
-        self._timed: Any = timed if broker.metrics_enabled else None
+        broker.connections.add(self)
 
-    async def serve(self) -> None:
-        try:
-            await self._read_loop()
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass
-        finally:
-            # Let the answers still in the works go out, then close.
-            if self._pending and not self._failed:
-                await asyncio.wait(list(self._pending))
-                self._write_ready()
-            self.writer.close()
-            try:
-                await self.writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
+    def connection_lost(self, exc: Exception | None) -> None:
+        # Handlers still in the works finish; their answers have nowhere to go.
+        self._closing = True
+        self.broker.connections.discard(self)
 
-    async def _read_loop(self) -> None:
-        max_bytes = self.broker.socket_request_max_bytes
-        transport = self.writer.transport
-        while not self._failed:
-            if len(self._pending) >= MAX_IN_FLIGHT:
-                self._room.clear()
-                await self._room.wait()
-                continue
-            if transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
-                await self.writer.drain()
-            try:
-                size_bytes = await self.reader.readexactly(4)
-            except asyncio.IncompleteReadError as exc:
-                if exc.partial:
-                    self._malformed(f"connection closed inside a frame size ({len(exc.partial)} bytes)")
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return self._frame[self._frame_have:]
+        if self._have == len(self._buffer):  # full of frames waiting for room: make more
+            self._buffer.extend(bytes(RECEIVE_BUFFER))
+        return memoryview(self._buffer)[self._have:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is None:
+            self._have += nbytes
+            self._take_frames()
+            return
+        self._frame_have += nbytes
+        if self._frame_have == len(self._frame):
+            frame, self._frame = self._frame.toreadonly(), None
+            # Decoding copies what the request keeps, so self._large is free again after this.
+            proceed = self._dispatch(frame)
+            frame.release()
+            if len(self._large) > LARGE_KEPT:
+                self._large = bytearray()
+            if not proceed:
+                self._stop_reading()
                 return
-            (size,) = framing.SIZE.unpack(size_bytes)
+            self._check_room()
+
+    def eof_received(self) -> bool:
+        if self._frame is not None:
+            self._malformed(f"connection closed after {self._frame_have} of {len(self._frame)} "
+                            "frame bytes")
+        elif 0 < self._have < 4:
+            self._malformed(f"connection closed inside a frame size ({self._have} bytes)")
+        elif self._have:
+            (size,) = framing.SIZE.unpack_from(self._buffer)
+            self._malformed(f"connection closed after {self._have - 4} of {size} frame bytes")
+        self._stop_reading()
+        return True  # keep writing the answers still in the works, then close
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._check_room()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._check_room()
+
+    # -- frames ------------------------------------------------------------------------------
+
+    def _take_frames(self) -> None:
+        """Dispatch the complete frames in the receive buffer, in order."""
+        buffer, have, pos = self._buffer, self._have, 0
+        max_bytes = self.broker.socket_request_max_bytes
+        while not self._closing and not self._paused and have - pos >= 4:
+            (size,) = framing.SIZE.unpack_from(buffer, pos)
             if size < 0 or size > max_bytes:
                 # Refused before reading the body, as socket.request.max.bytes promises.
                 self._malformed(f"frame size {size} outside 0..{max_bytes} (socket.request.max.bytes)")
+                self._stop_reading()
                 return
-            try:
-                frame = await self.reader.readexactly(size)
-            except asyncio.IncompleteReadError as exc:
-                self._malformed(f"connection closed after {len(exc.partial)} of {size} frame bytes")
-                return
+            end = pos + 4 + size
+            if end > have:
+                if 4 + size > len(buffer):
+                    # Too large for the receive buffer: read the rest of it in place.
+                    if len(self._large) < size:
+                        self._large = bytearray(size)
+                    self._frame = memoryview(self._large)[:size]
+                    self._frame[:have - pos - 4] = memoryview(buffer)[pos + 4:have]
+                    self._frame_have = have - pos - 4
+                    pos = have
+                break
+            frame = bytes(memoryview(buffer)[pos + 4:end])
+            pos = end
             if not self._dispatch(frame):
+                self._stop_reading()
                 return
+            self._check_room()
+        if pos:
+            rest = have - pos
+            if rest:
+                buffer[:rest] = memoryview(buffer)[pos:have]
+            self._have = rest
+            if len(buffer) > RECEIVE_BUFFER and rest <= RECEIVE_BUFFER:
+                del buffer[RECEIVE_BUFFER:]
 
-    def _dispatch(self, frame: bytes) -> bool:
+    def _check_room(self) -> None:
+        """Pause reading while too many answers wait or too much is unsent; resume after."""
+        full = len(self._pending) >= MAX_IN_FLIGHT or self._write_paused
+        if full and not self._paused:
+            self._paused = True
+            if not self._closing:
+                self.transport.pause_reading()
+        elif not full and self._paused:
+            self._paused = False
+            if not self._closing:
+                self.transport.resume_reading()
+                self._take_frames()  # the frames that arrived before the pause
+
+    def _stop_reading(self) -> None:
+        """No more requests from this connection: close it once the answers are written."""
+        if not self._closing:
+            self._closing = True
+            if not self._paused and not self.transport.is_closing():
+                self.transport.pause_reading()
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        if self._closing and not self._pending and not self.transport.is_closing():
+            self.transport.close()
+
+    def close(self) -> None:
+        """The broker is stopping."""
+        self._closing = True
+        self.transport.close()
+
+    def _dispatch(self, frame: bytes | memoryview) -> bool:
         """Start the request's handler; False when the connection must be closed."""
         session = self.session
+        assert session is not None  # made with the connection
         if session.raw_tokens_expected():
             return self._raw_sasl_token(frame)
         try:
@@ -173,7 +271,7 @@ class Connection:
     def _answer(self, frame: Frame) -> None:
         if not self._pending:
             if frame is not None:
-                self.writer.write(frame)
+                self.transport.write(frame)
             return
         ready: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         ready.set_result(frame)  # after the earlier answers, which are still in the works
@@ -181,8 +279,8 @@ class Connection:
 
     def _on_done(self, _future: asyncio.Future[Frame]) -> None:
         self._write_ready()
-        if len(self._pending) < MAX_IN_FLIGHT:
-            self._room.set()
+        self._check_room()
+        self._close_if_done()
 
     def _write_ready(self) -> None:
         """Write the answers at the head of the queue that are done, in order."""
@@ -190,20 +288,20 @@ class Connection:
             future = self._pending.popleft()
             if future.cancelled() or future.exception() is not None:
                 # The handler failed (logged by _run): close, as the answer can never come.
-                self._failed = True
+                self._failed = self._closing = True
                 self._pending.clear()
-                self.writer.transport.abort()
-                self._room.set()
+                self.transport.abort()
                 return
             frame = future.result()
-            if frame is not None and not self.writer.transport.is_closing():
-                self.writer.write(frame)
+            if frame is not None and not self.transport.is_closing():
+                self.transport.write(frame)
 
-    def _raw_sasl_token(self, frame: bytes) -> bool:
+    def _raw_sasl_token(self, frame: bytes | memoryview) -> bool:
         """After SaslHandshake v0, the SASL tokens come unwrapped, size-prefixed (as old Kafka
         clients send them); a failure just closes the connection."""
+        assert self.session is not None
         try:
-            token = self.session.authenticate(frame)
+            token = self.session.authenticate(bytes(frame))
         except SaslFailure as exc:
             log.warning("closing connection %s: %s", self.peer, exc)
             return False
@@ -234,17 +332,10 @@ async def _go_on(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> Frame:
 async def start_server(broker: Broker, host: str, port: int,
                        listener: ListenerRuntime | None = None,
                        ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(broker, reader, writer, listener)
-        broker.connections.add(conn)
-        try:
-            await conn.serve()
-        finally:
-            broker.connections.discard(conn)
-
-    return await asyncio.start_server(on_connect, host, port, limit=1 << 20, backlog=512,
-                                      ssl=ssl_context,
-                                      ssl_handshake_timeout=10 if ssl_context else None)
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: Connection(broker, listener), host, port,
+                                    backlog=512, ssl=ssl_context,
+                                    ssl_handshake_timeout=10 if ssl_context else None)
 
 
 async def start_listeners(broker: Broker) -> list[tuple[asyncio.Server, ListenerRuntime]]:
