@@ -145,7 +145,11 @@ def test_postgres_read_committed_concurrent_writers(pg_db: Database,
     errors: list[BaseException] = []
 
     def run(base: int) -> None:
-        conn, writer = writer_for(db, dw_broker.bootstrap, f"pg-rc-{base}")
+        try:
+            conn, writer = writer_for(db, dw_broker.bootstrap, f"pg-rc-{base}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            return
         try:
             for i in range(base, base + 15):
                 def work(tx: Transaction, i: int = i) -> None:

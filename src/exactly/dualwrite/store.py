@@ -176,6 +176,9 @@ def detect(conn: Any) -> Dialect:
                      "behaves like one of them")
 
 
+_CREATE_RACE = {"23505", "42710", "42P07"}  # unique_violation, duplicate_object, duplicate_table
+
+
 def ensure_tables(conn: Any, dialect: Dialect, *, offsets: bool = False) -> None:
     """Create the state table (and the offsets table) when missing; autocommit mode."""
     cursor = conn.cursor()
@@ -185,8 +188,9 @@ def ensure_tables(conn: Any, dialect: Dialect, *, offsets: bool = False) -> None
                 cursor.execute(ddl)
             except Exception as exc:
                 # Two PostgreSQL sessions creating the same table at once: one loses the race
-                # on the catalog (unique_violation) although IF NOT EXISTS was said.
-                if getattr(exc, "sqlstate", None) != "23505":
+                # on the catalog although IF NOT EXISTS was said, as unique_violation or as
+                # duplicate_object/duplicate_table (the table's row type), by timing.
+                if getattr(exc, "sqlstate", None) not in _CREATE_RACE:
                     raise
     finally:
         cursor.close()

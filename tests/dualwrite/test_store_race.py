@@ -1,0 +1,41 @@
+"""Writers that start together on a fresh PostgreSQL database create the state and offsets
+tables at once: CREATE TABLE IF NOT EXISTS then loses a race on the catalog in one of them
+(unique_violation, duplicate_object or duplicate_table, by timing), which must not fail it."""
+
+from __future__ import annotations
+
+import threading
+
+from exactly.dualwrite.pgserver import PrivatePostgres
+from exactly.dualwrite.store import Postgres, ensure_tables
+from tests.dualwrite.conftest import _new_database
+
+SESSIONS = 6
+ROUNDS = 8
+
+
+def test_concurrent_table_creation_on_postgres(postgres: PrivatePostgres, tmp_path) -> None:
+    for _ in range(ROUNDS):
+        db = _new_database("postgres", postgres, tmp_path)
+        connections = [db.connect() for _ in range(SESSIONS)]
+        start = threading.Barrier(SESSIONS)
+        errors: list[BaseException] = []
+
+        def create(conn: object) -> None:
+            start.wait()
+            try:
+                ensure_tables(conn, Postgres(), offsets=True)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=create, args=(c,)) for c in connections]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for conn in connections:
+            conn.close()
+        assert not errors, errors
+        tables = {row[0] for row in db.query(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        assert {"kafka_transaction_state", "kafka_consumer_offsets"} <= tables, tables
