@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceWriter, InputPartition
 
 from exactly.client import Admin, NewTopic, Producer
 from exactly.spark import ExactlyDataSource, register

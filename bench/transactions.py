@@ -3,9 +3,13 @@
 1. Throughput of a 1 KiB stream written in transactions of 100 ms against the same stream written
    idempotently without transactions (figure published for Kafka: at most 3% lost), on Exactly
    and on the mock: what the client itself loses by stopping at each commit shows in the mock's
-   figure.
+   figure. Runs of the two kinds alternate in pairs, each run into a topic of its own that is
+   deleted after it (so no run meets the dirty pages of the runs before it); the loss printed is
+   the median of the pairs' losses, with the lowest and highest.
 2. Sequential 1-record transactions per second from one producer: Exactly against librdkafka's
-   mock cluster (which has a transaction coordinator of its own).
+   mock cluster (which has a transaction coordinator of its own), and against a null broker
+   (`bench/null_broker.py`: Python answering with no work at all, the ceiling for any broker
+   written in Python on this machine).
 
 Exactly runs with `log.flush.policy=os` (as durable as the mock: neither fsyncs) and with the
 default `fsync`.
@@ -17,7 +21,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -94,49 +102,97 @@ def main() -> None:
                         help="run one of the two measurements (the other's columns print 0)")
     parser.add_argument("--policy", choices=("os", "fsync"), action="append",
                         help="log.flush.policy to run Exactly with (repeatable; default both)")
+    parser.add_argument("--pairs", type=int, help="pairs of stream runs (default 10, quick 3)")
     args = parser.parse_args()
     run_tiny, run_stream = args.only in (None, "tiny"), args.only in (None, "stream")
-    count = 40_000 if args.quick else 400_000  # long enough for dozens of 100 ms transactions
+    count = 40_000 if args.quick else 400_000  # a run holds about ten 100 ms transactions
+    pairs = args.pairs or (3 if args.quick else 10)
     seconds = 2.0 if args.quick else 8.0
 
     mock = Producer({"test.mock.num.brokers": 1})  # hosts the mock cluster for this run
     (meta,) = mock.list_topics(timeout=10).brokers.values()
     mock_bootstrap = f"{meta.host}:{meta.port}"
-    mock_tps = mock_plain = mock_txn = 0.0
+    mock_tps = 0.0
+    mock_stream: tuple[float, float, list[float]] = (0.0, 0.0, [])
     if run_tiny:
         mock_tps = max(tiny_transactions(mock_bootstrap, "mock-tiny", seconds) for _ in range(2))
     if run_stream:
-        # The mock keeps only 5 MiB per partition, which does not matter when nothing reads back.
-        mock_plain, mock_txn = _streams(mock_bootstrap, "mock-plain", "mock-txn", count)
+        # The mock keeps only 5 MiB per partition, which does not matter when nothing reads
+        # back, and it has no disk: its topics are auto-created and kept.
+        mock_stream = _streams(mock_bootstrap, "mock", count, pairs, fresh_topics=False)
 
-    print(f"{'target':<16} {'idempotent rec/s':>17} {'100 ms txns rec/s':>18} {'loss':>7}   "
-          f"{'1-record txns/s':>16} {'vs mock':>8}")
-    print(f"{'librdkafka mock':<16} {mock_plain:>17,.0f} {mock_txn:>18,.0f} "
-          f"{_loss(mock_plain, mock_txn):>6.1f}%   {mock_tps:>16,.0f} {1.0:>7.2f}x", flush=True)
+    print(f"{'target':<16} {'idempotent rec/s':>17} {'100 ms txns rec/s':>18} {'loss':>7} "
+          f"{'(pairs: lowest, highest)':>25}   {'1-record txns/s':>16} {'vs mock':>8}")
+    _row("librdkafka mock", mock_stream, mock_tps, mock_tps)
+    if run_tiny:
+        with _null_broker() as bootstrap:
+            null_tps = max(tiny_transactions(bootstrap, "tiny", seconds) for _ in range(2))
+        _row("null broker", None, null_tps, mock_tps)
     for policy in args.policy or ("os", "fsync"):
         with EmbeddedBroker(settings={"log.flush.policy": policy}) as broker:
-            _create(broker.bootstrap, "plain")
-            _create(broker.bootstrap, "txn")
-            _create(broker.bootstrap, "tiny")
-            # Best of several runs each: on two cores one run alone is noisy.
-            plain = txn = tps = 0.0
+            streams: tuple[float, float, list[float]] = (0.0, 0.0, [])
+            tps = 0.0
             if run_stream:
-                plain, txn = _streams(broker.bootstrap, "plain", "txn", count)
+                streams = _streams(broker.bootstrap, "stream", count, pairs, fresh_topics=True)
             if run_tiny:
+                _create(broker.bootstrap, "tiny")
                 tps = max(tiny_transactions(broker.bootstrap, "tiny", seconds) for _ in range(2))
-        print(f"{'exactly ' + policy:<16} {plain:>17,.0f} {txn:>18,.0f} {_loss(plain, txn):>6.1f}%   "
-              f"{tps:>16,.0f} {tps / mock_tps if mock_tps else 0.0:>7.2f}x", flush=True)
+        _row(f"exactly {policy}", streams, tps, mock_tps)
 
 
-def _streams(bootstrap: str, plain_topic: str, txn_topic: str, count: int) -> tuple[float, float]:
-    """Best of three of each stream, idempotent and transactional runs taking turns: written one
-    after the other, the later runs would find the page cache full of the earlier runs' dirty
-    pages (writeback throttles pwritev), which charges the order of the runs to transactions."""
-    plain, txn = [], []
-    for _ in range(3):
-        plain.append(stream(bootstrap, plain_topic, count, txn_ms=None))
-        txn.append(stream(bootstrap, txn_topic, count, txn_ms=100))
-    return max(plain), max(txn)
+def _row(name: str, streams: tuple[float, float, list[float]] | None, tps: float,
+         mock_tps: float) -> None:
+    ratio = f"{tps / mock_tps:>7.2f}x" if mock_tps else f"{'-':>8}"
+    if streams is None or not streams[2]:
+        left = f"{'-':>17} {'-':>18} {'-':>7} {'':>25}"
+    else:
+        plain, txn, losses = streams
+        spread = f"({min(losses):.1f}%, {max(losses):.1f}%)"
+        left = (f"{plain:>17,.0f} {txn:>18,.0f} {statistics.median(losses):>6.1f}% "
+                f"{spread:>25}")
+    print(f"{name:<16} {left}   {tps:>16,.0f} {ratio}", flush=True)
+
+
+class _null_broker:
+    """bench/null_broker.py in a process of its own, as the brokers it is compared with."""
+
+    def __enter__(self) -> str:
+        script = Path(__file__).with_name("null_broker.py")
+        self.process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                                        text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.startswith("null broker on "):
+            self.process.kill()
+            raise RuntimeError(f"null broker did not start: {line!r}")
+        return line.removeprefix("null broker on ").strip()
+
+    def __exit__(self, *_: object) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def _streams(bootstrap: str, prefix: str, count: int, pairs: int, *,
+             fresh_topics: bool) -> tuple[float, float, list[float]]:
+    """Alternating pairs of runs (which kind goes first alternates too). Returns the median of
+    each kind and every pair's loss in %. With `fresh_topics` every run writes a topic of its
+    own, deleted after it: a run never meets the dirty pages of the runs before it, whose
+    writeback would otherwise charge the order of the runs to one kind."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    plain, txn, losses = [], [], []
+    for i in range(pairs):
+        got = {}
+        for kind in (("plain", "txn") if i % 2 == 0 else ("txn", "plain")):
+            topic = f"{prefix}-{kind}-{i}"
+            if fresh_topics:
+                admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+            got[kind] = stream(bootstrap, topic, count, txn_ms=100 if kind == "txn" else None)
+            if fresh_topics:
+                admin.delete_topics([topic])[topic].result(timeout=30)
+        plain.append(got["plain"])
+        txn.append(got["txn"])
+        losses.append(_loss(got["plain"], got["txn"]))
+    return statistics.median(plain), statistics.median(txn), losses
 
 
 def _loss(plain: float, txn: float) -> float:
