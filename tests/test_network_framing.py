@@ -126,12 +126,9 @@ def test_large_frames_in_odd_chunks_land_intact_with_a_small_one_behind(broker):
     assert _read_values(broker, 6, start) == first + second
 
 
-def test_more_pipelined_requests_than_max_in_flight(broker):
-    """Long-polling fetches wait, so their answers pile up: reading pauses at MAX_IN_FLIGHT with
-    the remaining frames already received, and resumes as the waits end."""
+def _fetch_frames(conn: RawConnection, count: int) -> list[bytes]:
+    """Fetches of an empty partition that each wait 20 ms for data (long polls)."""
     module = __import__("kio.schema.fetch.v11.request", fromlist=["x"])
-    conn = RawConnection(broker.host, broker.port, timeout=30)
-    count = MAX_IN_FLIGHT + 36
     frames = []
     for _ in range(count):
         req = module.FetchRequest(
@@ -143,11 +140,26 @@ def test_more_pipelined_requests_than_max_in_flight(broker):
                                       partition_max_bytes=i32(1 << 20)),)),),
             forgotten_topics_data=(), rack_id="")
         frames.append(conn.frame(ApiKey.FETCH, 11, req))
+    return frames
+
+
+@pytest.mark.parametrize("half_close", [False, True], ids=["open", "half-closed"])
+def test_more_pipelined_requests_than_max_in_flight(broker, half_close):
+    """Long-polling fetches wait, so their answers pile up: reading pauses at MAX_IN_FLIGHT with
+    the remaining frames already received, and resumes as the waits end. A client that shuts
+    its side down after sending still gets every answer, then the broker closes."""
+    conn = RawConnection(broker.host, broker.port, timeout=30)
+    count = MAX_IN_FLIGHT + 36
+    frames = _fetch_frames(conn, count)
     frames.append(_metadata_frame(conn))
     conn.send_bytes(b"".join(frames))
+    if half_close:
+        conn.sock.shutdown(1)
     answers = _answers(conn, [(ApiKey.FETCH, 11, i + 1) for i in range(count)]
                        + [(ApiKey.METADATA, 12, count + 1)])
     assert all(a.error_code == ErrorCode.none for a in answers[:count])
     assert all(a.responses[0].partitions[0].error_code == ErrorCode.none for a in answers[:count])
     assert "quiet" in {t.name for t in answers[-1].topics}
+    if half_close:
+        assert conn.is_closed_by_peer()
     conn.close()

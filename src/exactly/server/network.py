@@ -2,7 +2,8 @@
 
 A connection is an `asyncio.BufferedProtocol`: the transport reads into the connection's own
 buffer, and a frame too large for it (a Produce request of a megabyte) is read straight into a
-buffer of its own, so its bytes are copied once, by the kernel.
+second buffer the connection keeps for such frames: the kernel copies its bytes there, and the
+decoder copies what the request keeps, nothing else does.
 
 Requests on one connection are pipelined: each is handed to its handler as soon as it is read,
 and responses are written in the order the requests arrived. A handler runs inline until it
@@ -65,6 +66,7 @@ class Connection(asyncio.BufferedProtocol):
         self._large = bytearray()
         self._frame: memoryview | None = None  # the part of self._large the frame fills
         self._frame_have = 0
+        self._eof = False  # the client sent everything it will send
         # Requests are timed and counted (metrics.timed -> observe_request) only when the broker
         # serves metrics (metrics.listen).
         self._timed: Any = timed if broker.metrics_enabled else None
@@ -107,9 +109,13 @@ class Connection(asyncio.BufferedProtocol):
         self._frame_have += nbytes
         if self._frame_have == len(self._frame):
             frame, self._frame = self._frame.toreadonly(), None
-            # Decoding copies what the request keeps, so self._large is free again after this.
+            # Decoding copies what the request keeps (kio makes bytes of a records field), so
+            # self._large is free again once the frame is dispatched.
             proceed = self._dispatch(frame)
-            frame.release()
+            try:
+                frame.release()
+            except BufferError:  # something holds on to the frame: leave the buffer to it
+                self._large = bytearray()
             if len(self._large) > LARGE_KEPT:
                 self._large = bytearray()
             if not proceed:
@@ -118,6 +124,15 @@ class Connection(asyncio.BufferedProtocol):
             self._check_room()
 
     def eof_received(self) -> bool:
+        self._eof = True
+        self._end_of_input()
+        return True  # keep writing the answers still in the works, then close
+
+    def _end_of_input(self) -> None:
+        """After EOF, once every complete frame received has been dispatched (reading may be
+        paused with some still waiting): a partial frame left is malformed; stop reading."""
+        if self._paused or self._closing:
+            return
         if self._frame is not None:
             self._malformed(f"connection closed after {self._frame_have} of {len(self._frame)} "
                             "frame bytes")
@@ -127,7 +142,6 @@ class Connection(asyncio.BufferedProtocol):
             (size,) = framing.SIZE.unpack_from(self._buffer)
             self._malformed(f"connection closed after {self._have - 4} of {size} frame bytes")
         self._stop_reading()
-        return True  # keep writing the answers still in the works, then close
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -185,8 +199,11 @@ class Connection(asyncio.BufferedProtocol):
         elif not full and self._paused:
             self._paused = False
             if not self._closing:
-                self.transport.resume_reading()
+                if not self._eof:
+                    self.transport.resume_reading()
                 self._take_frames()  # the frames that arrived before the pause
+                if self._eof:
+                    self._end_of_input()
 
     def _stop_reading(self) -> None:
         """No more requests from this connection: close it once the answers are written."""
