@@ -118,7 +118,7 @@ class NullBroker(asyncio.Protocol):
                      topic_authorized_operations=-2147483648)
 
 
-async def serve(host: str, port: int, ready: Any = None) -> None:
+async def serve(host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     offsets: dict[tuple[str, int], int] = {}
     holder: dict[str, int] = {}

@@ -14,7 +14,7 @@
 Exactly runs with `log.flush.policy=os` (as durable as the mock: neither fsyncs) and with the
 default `fsync`.
 
-    .venv/bin/python bench/transactions.py [--quick] [--only tiny|stream] [--policy os|fsync]
+    .venv/bin/python bench/transactions.py [--quick] [--only tiny|stream] [--policy os|fsync] [--pairs N]
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def peek_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """The fixed part of any request header, readable for every version and API."""
     if len(frame) < _FIXED_HEADER.size:
         raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
@@ -69,7 +69,7 @@ def _read_uvarint(frame: bytes | bytearray | memoryview, pos: int) -> tuple[int,
             raise MalformedRequest("unsigned varint longer than 5 bytes")
 
 
-def parse_header(frame: bytes | bytearray | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
+def parse_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
     """Decode the request header; returns it and the position where the body starts."""
     api_key, api_version, correlation_id = peek_header(frame)
     pos = _FIXED_HEADER.size
@@ -107,7 +107,7 @@ def is_flexible(api_key: int, version: int) -> bool:
     return _flexible(request_class(api_key, version))
 
 
-def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Header and kio request entity of a supported API version; MalformedRequest otherwise.
 
     Bytes left over inside the frame after the body are ignored, as Apache Kafka's parser does:
