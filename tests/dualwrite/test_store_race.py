@@ -5,18 +5,19 @@ tables at once: CREATE TABLE IF NOT EXISTS then loses a race on the catalog in o
 from __future__ import annotations
 
 import threading
+import uuid
 
 from exactly.dualwrite.pgserver import PrivatePostgres
 from exactly.dualwrite.store import Postgres, ensure_tables
-from tests.dualwrite.conftest import _new_database
+from tests.dualwrite.helpers import Database
 
 SESSIONS = 6
 ROUNDS = 8
 
 
-def test_concurrent_table_creation_on_postgres(postgres: PrivatePostgres, tmp_path) -> None:
+def test_concurrent_table_creation_on_postgres(postgres: PrivatePostgres) -> None:
     for _ in range(ROUNDS):
-        db = _new_database("postgres", postgres, tmp_path)
+        db = Database("postgres", postgres.create_database(f"race_{uuid.uuid4().hex[:12]}"))
         connections = [db.connect() for _ in range(SESSIONS)]
         start = threading.Barrier(SESSIONS)
         errors: list[BaseException] = []
