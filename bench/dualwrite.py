@@ -32,7 +32,7 @@ import psycopg
 
 from exactly.client import Producer
 from exactly.dualwrite import DualWriter
-from exactly.dualwrite.pgserver import PrivatePostgres
+from exactly.testing.postgres import PrivatePostgres
 from exactly.testing import EmbeddedBroker
 
 PAYLOAD = b"x" * 100

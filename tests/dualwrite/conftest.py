@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exactly.dualwrite.pgserver import PrivatePostgres
+from exactly.testing.postgres import PrivatePostgres
 from exactly.testing import EmbeddedBroker
 from tests.dualwrite.helpers import Database
 

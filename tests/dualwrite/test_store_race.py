@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import uuid
 
-from exactly.dualwrite.pgserver import PrivatePostgres
+from exactly.testing.postgres import PrivatePostgres
 from exactly.dualwrite.store import Postgres, ensure_tables
 from tests.dualwrite.helpers import Database
 

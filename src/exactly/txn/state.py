@@ -45,6 +45,12 @@ class TxnState(enum.IntEnum):
         return self in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 
     @property
+    def is_open(self) -> bool:
+        """A transaction holds partitions whose markers are not written yet: its data keeps
+        the LSO of those partitions back."""
+        return self in _OPEN
+
+    @property
     def is_idle(self) -> bool:
         """No transaction in progress: a new one may begin, the id may expire."""
         return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
@@ -57,6 +63,8 @@ _NAMES = {
     TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
 }
 _BY_NAME = {name: state for state, name in _NAMES.items()}
+_OPEN = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                   TxnState.PREPARE_EPOCH_FENCE})
 
 _S = TxnState
 # Kafka's validPreviousStates. PrepareAbort may also follow Empty/CompleteCommit/CompleteAbort:
