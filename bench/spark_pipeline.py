@@ -2,7 +2,7 @@
 
 Both runs read the same backlog of order events from one embedded broker, with 5-second
 triggers and the same maxOffsetsPerTrigger, each on a fresh checkpoint; each is a Spark driver
-process of its own (python -m exactly.spark.pipeline, local[2]). The first micro-batch of a run
+process of its own (python -m exactly.demo.pipeline, local[2]). The first micro-batch of a run
 is warm-up (JVM, Python workers) and is not counted. Throughput is the events of the remaining
 batches of the `orders` query over the wall time they took; the `stats` query runs beside it as
 in the demo. Rounds alternate the two modes.
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from exactly.client import Admin, NewTopic, Producer
-from exactly.demo import input_end, make_event
-from exactly.spark.pipeline import IN_TOPIC, OUTPUT_TOPICS
+from exactly.demo.app import input_end, make_event
+from exactly.demo.pipeline import IN_TOPIC, OUTPUT_TOPICS
 from exactly.testing import EmbeddedBroker
 
 
@@ -42,7 +42,7 @@ def feed(bootstrap: str, events: int) -> None:
 def run(bootstrap: str, checkpoint: Path, delivery: str, per_trigger: int,
         target: dict[str, Any]) -> dict[str, float]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exactly.spark.pipeline", bootstrap, str(checkpoint),
+        [sys.executable, "-m", "exactly.demo.pipeline", bootstrap, str(checkpoint),
          "--delivery", delivery, "--trigger-seconds", "5", "--max-offsets", str(per_trigger),
          "--master", "local[2]"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

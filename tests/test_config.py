@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from exactly.log.config import LogConfig
+import exactly.configdef
+from exactly.groups.config import GROUP_KEYS, GroupConfig
+from exactly.log.config import LOG_DIRS_KEY, LOG_KEYS, LogConfig
+from exactly.server.acl import make_authorizer
+from exactly.server.acl.config import ACL_KEYS
+from exactly.server.auth.config import AUTH_KEYS
 from exactly.server.config import (
     CONFIG_SOURCE_DEFAULT,
     CONFIG_SOURCE_STATIC_BROKER,
@@ -16,6 +21,10 @@ from exactly.server.config import (
     load_or_create_meta,
     parse_properties,
 )
+from exactly.txn.config import TXN_KEYS
+from exactly.txn.state import TxnConfig
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 def write(tmp_path: Path, text: str, name: str = "server.properties") -> Path:
@@ -218,30 +227,106 @@ def test_roll_precedence():
     )
 
 
-def test_log_config_mapping():
-    c = BrokerConfig.from_sources(
-        None,
-        {
-            "log.segment.bytes": "1000",
-            "log.roll.ms": "2000",
-            "log.retention.ms": "3000",
-            "log.retention.bytes": "4000",
-            "log.index.interval.bytes": "50",
-            "log.index.size.max.bytes": "6000",
-            "message.max.bytes": "7000",
-            "log.flush.policy": "os",
-        },
-    )
-    assert c.log_config() == LogConfig(
-        segment_bytes=1000,
-        segment_ms=2000,
-        retention_ms=3000,
-        retention_bytes=4000,
-        index_interval_bytes=50,
-        segment_index_bytes=6000,
-        max_message_bytes=7000,
-        flush_policy="os",
-    )
+@pytest.mark.parametrize(
+    ("settings", "build", "expected"),
+    [
+        (
+            {
+                "log.segment.bytes": "1000",
+                "log.roll.ms": "2000",
+                "log.retention.ms": "3000",
+                "log.retention.bytes": "4000",
+                "log.index.interval.bytes": "50",
+                "log.index.size.max.bytes": "6000",
+                "message.max.bytes": "7000",
+                "log.flush.policy": "os",
+            },
+            BrokerConfig.log_config,
+            LogConfig(
+                segment_bytes=1000,
+                segment_ms=2000,
+                retention_ms=3000,
+                retention_bytes=4000,
+                index_interval_bytes=50,
+                segment_index_bytes=6000,
+                max_message_bytes=7000,
+                flush_policy="os",
+            ),
+        ),
+        (
+            {
+                "transaction.state.log.num.partitions": "3",
+                "transaction.max.timeout.ms": "60000",
+                "transactional.id.expiration.ms": "1000",
+            },
+            BrokerConfig.txn_config,
+            TxnConfig(num_partitions=3, max_timeout_ms=60000, transactional_id_expiration_ms=1000),
+        ),
+        (
+            {
+                "group.initial.rebalance.delay.ms": "0",
+                "group.min.session.timeout.ms": "100",
+                "group.max.session.timeout.ms": "200",
+                "offsets.topic.num.partitions": "4",
+                "offsets.retention.minutes": "7",
+            },
+            BrokerConfig.group_config,
+            GroupConfig(
+                initial_rebalance_delay_ms=0,
+                min_session_timeout_ms=100,
+                max_session_timeout_ms=200,
+                offsets_topic_num_partitions=4,
+                offsets_retention_ms=7 * 60_000,
+            ),
+        ),
+    ],
+    ids=["log", "txn", "group"],
+)
+def test_package_config_mapping(settings, build, expected):
+    assert build(BrokerConfig.from_sources(None, settings)) == expected
+
+
+def test_package_configs_of_the_default_keys_are_the_dataclass_defaults():
+    c = BrokerConfig.defaults()
+    assert c.log_config() == LogConfig()
+    assert c.txn_config() == TxnConfig()
+    assert c.group_config() == GroupConfig()
+
+
+def test_every_package_key_is_gathered_in_describe_configs_order():
+    # DescribeConfigs lists the keys in this order; each package's tuple keeps its place in it.
+    assert list(KEYS) == [
+        "node.id", "listeners", "advertised.listeners", "log.dirs", "num.partitions",
+        "default.replication.factor", "auto.create.topics.enable", "delete.topic.enable",
+        "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.retention.ms",
+        "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
+        "log.retention.check.interval.ms", "log.index.interval.bytes", "log.index.size.max.bytes",
+        "message.max.bytes", "log.flush.policy", "socket.request.max.bytes",
+        "offsets.topic.num.partitions", "offsets.retention.minutes",
+        "group.initial.rebalance.delay.ms", "group.min.session.timeout.ms",
+        "group.max.session.timeout.ms", "transaction.state.log.num.partitions",
+        "transaction.max.timeout.ms", "transactional.id.expiration.ms",
+        "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "transaction.partition.verification.enable", "transaction.two.phase.commit.enable",
+        "transaction.version", "metrics.listen", "cluster.id", "sasl.enabled.mechanisms",
+        "sasl.plain.users", "ssl.keystore.type", "ssl.keystore.location",
+        "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.key.password",
+        "ssl.truststore.type", "ssl.truststore.location", "ssl.client.auth",
+        "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",
+        "num.network.threads", "num.io.threads",
+    ]
+    for key in (LOG_DIRS_KEY, *LOG_KEYS, *GROUP_KEYS, *TXN_KEYS, *AUTH_KEYS, *ACL_KEYS):
+        assert KEYS[key.name] is key
+
+
+def test_config_error_is_one_type_wherever_it_is_imported(tmp_path):
+    assert ConfigError is exactly.configdef.ConfigError
+    # make_authorizer raises it without importing the broker's config module.
+    (tmp_path / "acls.json").write_text("not json")
+    c = config(log_dirs=str(tmp_path), authorizer_class_name=STANDARD_AUTHORIZER)
+    with pytest.raises(ConfigError, match="acls.json"):
+        make_authorizer(c)
 
 
 def test_advertised_listener_defaults_to_listeners():
@@ -402,6 +487,17 @@ def test_several_listeners_each_advertised():
     assert c.plain_users == {"alice": "secret", "bob": "p:w"}
     entries = {e.name: e for e in c.items()}
     assert entries["sasl.plain.users"].is_sensitive and entries["sasl.plain.users"].value is None
+
+
+def test_secrets_are_hidden_from_describe_configs():
+    c = config(ssl_key_password="pw", ssl_keystore_certificate_chain="CHAIN",
+               ssl_keystore_key="KEY")
+    entries = {e.name: e for e in c.items()}
+    for name in ("ssl.key.password", "ssl.keystore.key"):
+        assert entries[name].is_sensitive and entries[name].value is None, name
+    assert c["ssl.key.password"] == "pw"  # hidden from clients, not from the broker
+    chain = entries["ssl.keystore.certificate.chain"]
+    assert not chain.is_sensitive and chain.value == "CHAIN"
 
 
 # -- meta.properties ---------------------------------------------------------------------------

@@ -3,11 +3,13 @@ the PrepareCommit record is durable the outcome is fixed, and after a restart th
 rolls the transaction forward; the client's own retried commit then succeeds."""
 
 import os
+import signal
 import threading
 
 import pytest
 from confluent_kafka import Producer
 
+from exactly import failpoints
 from exactly.testing import EmbeddedBroker
 from tests.interop.test_transactions import read_all
 from tests.support import create_topic
@@ -15,7 +17,7 @@ from tests.support import create_topic
 
 @pytest.mark.parametrize("point", ["txn.after_prepare", "txn.after_markers"])
 def test_commit_is_rolled_forward_after_a_crash_at(point):
-    env = {**os.environ, "EXACTLY_FAULT": point}
+    env = {**os.environ, failpoints.ENV: f"{point}=crash"}
     with EmbeddedBroker(env=env) as broker:  # default flush policy: fsync
         create_topic(broker.bootstrap, "crash-commit", partitions=3)
         producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "t-crash",
@@ -37,8 +39,9 @@ def test_commit_is_rolled_forward_after_a_crash_at(point):
 
         committer = threading.Thread(target=commit)
         committer.start()
-        assert broker.process.wait(timeout=30) == 137, "the broker did not stop at the fault point"
-        broker.env = {k: v for k, v in env.items() if k != "EXACTLY_FAULT"}
+        assert broker.process.wait(timeout=30) == -signal.SIGKILL, \
+            "the broker did not stop at the fault point"
+        broker.env = {k: v for k, v in env.items() if k != failpoints.ENV}
         broker.start()
         committer.join(60)
         assert outcome == [None], f"commit_transaction failed: {outcome}"

@@ -1,6 +1,6 @@
 """EndTxn is answered once PrepareCommit/PrepareAbort is durable; the markers follow (as in Apache
-Kafka). A broker pause point (EXACTLY_PAUSE=txn.before_markers=<s>) holds the markers back so
-that the window between the answer and the markers is wide open:
+Kafka). A broker pause point (EXACTLY_FAILPOINTS=txn.before_markers=pause:<s>) holds the markers
+back so that the window between the answer and the markers is wide open:
 
 - requests for the transactional id that arrive meanwhile wait for the markers, then succeed
   (no CONCURRENT_TRANSACTIONS, which clients back off on);
@@ -16,6 +16,7 @@ from confluent_kafka import Producer
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
+from exactly import failpoints
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode
 from exactly.protocol.records import Record, build_batch
@@ -26,7 +27,7 @@ from tests.support import create_topic
 
 
 def _paused(seconds: float) -> dict[str, str]:
-    return {**os.environ, "EXACTLY_PAUSE": f"txn.before_markers={seconds}"}
+    return {**os.environ, failpoints.ENV: f"txn.before_markers=pause:{seconds}"}
 
 
 def _nested(api_key: int, version: int, entity: str, /, **fields):
@@ -124,7 +125,7 @@ def test_an_answered_commit_is_rolled_forward_after_a_crash_before_its_markers()
         producer.commit_transaction(30)  # answered; the markers wait 60 s
         assert _state(broker, "t-ans") == "PrepareCommit"
         broker.kill()
-        broker.env = {k: v for k, v in os.environ.items() if k != "EXACTLY_PAUSE"}
+        broker.env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
         broker.start()
         assert sorted(read_all(broker.bootstrap, "answered", at_least=30)) == \
             sorted(f"v{i}" for i in range(30))

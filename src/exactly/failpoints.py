@@ -1,69 +1,183 @@
 """Named fault points for crash tests, switched on by the environment variable EXACTLY_FAILPOINTS.
 
-    EXACTLY_FAILPOINTS="spark.driver.after_decision=crash@3;spark.task.write=raise"
+    EXACTLY_FAILPOINTS="spark.driver.after_decision=crash@3;txn.before_markers=pause:2.5"
 
-Each entry is `point=action[@N]`. Code calls `hit(point, batch=...)` at the named place; the
-point fires when it is listed and, with `@N`, only once `batch` is N or more. Actions:
+Code calls `hit(point)` (or `await hit_async(point)` on an event loop) at the places CATALOGUE
+names. The variable holds entries `point=ACTION[@N]`, separated by `;`. Actions:
 
-- `crash`: SIGKILL, the Unix way to die without cleaning up. Every process of the caller's
-  session dies, not just the caller: Spark runs a Python data source's driver-side code in a
-  Python worker of the JVM, so killing the caller alone would not crash the driver. Start the
-  process under test in a session of its own (subprocess `start_new_session=True`).
+- `crash`: die by SIGKILL, the Unix way to die without cleaning up (`kill -9`). Every process of
+  the caller's session dies, not just the caller: Spark runs a Python data source's driver-side
+  code in Python workers of the JVM, and pyspark's daemon gives its workers process groups of
+  their own, so killing the caller or its process group would not crash the driver. A harness
+  that starts a process to be crashed starts it in a session of its own (subprocess
+  `start_new_session=True`); its exit status is then -9.
 - `raise`: raise FailpointError (a task that fails and is retried, say).
+- `pause:SECONDS`: wait there. `hit` sleeps; `hit_async` awaits asyncio.sleep, so the event
+  loop (the broker's) keeps serving other requests meanwhile.
 
-With the variable unset, `hit` costs one dictionary lookup.
+The rule for `@N`: an entry fires at a hit when n >= N, where N is its `@N` (0 without one)
+and n is the `count` the caller passes, or, when it passes none, how many times this process
+has reached that point while it was listed, this hit included (1, 2, ...). So without `@N` a
+point fires every time; `@3` fires from the 3rd hit on (the dual-write worker dies at its 3rd
+order); the Spark sink passes the micro-batch id as `count` (each batch runs in fresh Python
+workers, where a count of this process would start again), so `@3` fires from batch 3 on.
+
+A name that CATALOGUE does not hold is refused: in the variable (a ValueError when this module
+is imported, or at the next `active()`/`hit`, naming the known points) and in a call of `hit`
+(a programming error). With the variable unset, `hit` costs two dictionary lookups.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+import math
 import os
 import signal
+import time
+from collections import Counter
+from typing import NamedTuple
 
-__all__ = ["ENV", "FailpointError", "active", "hit", "kill_session"]
+__all__ = ["CATALOGUE", "ENV", "Failpoint", "FailpointError", "active", "hit", "hit_async",
+           "kill_session"]
 
 ENV = "EXACTLY_FAILPOINTS"
-ACTIONS = ("crash", "raise")
+SYNTAX = "point=crash|raise|pause:SECONDS[@N], entries separated by ';'"
+
+# Every fault point, where it is and what has happened when it fires.
+CATALOGUE: dict[str, str] = {
+    # The broker (server/transactions.py): the end of a transaction.
+    "txn.after_prepare": "PrepareCommit/PrepareAbort is durable, no marker written yet",
+    "txn.before_markers": "an EndTxn was answered, its markers are not written yet",
+    "txn.after_markers": "every marker is durable, CompleteCommit/CompleteAbort not written yet",
+    # The Spark streaming sink (spark/stream_sink.py); `count` is the micro-batch id.
+    "spark.task.write": "a task's first attempt, after each Arrow batch of rows it sent",
+    "spark.driver.after_prepare": "the driver's commit: every task's work is done, no decision "
+                                  "recorded yet",
+    "spark.driver.after_decision": "the batch's decision is recorded, no participant completed",
+    "spark.driver.mid_complete": "after each participant of the batch is committed",
+    # Dual write (dualwrite/writer.py), KIP-939's recipe (seed 000): each once the step is done.
+    "dualwrite.1-begin-database-transaction": "the database transaction began",
+    "dualwrite.2-begin-transaction": "the log transaction began",
+    "dualwrite.3-send": "a record was sent in the log transaction (each send)",
+    "dualwrite.4-prepare-transaction": "the log transaction is prepared (PreparedTxnState)",
+    "dualwrite.5-update-data": "the application's block wrote its data, not yet prepared",
+    "dualwrite.6-update-transaction-state": "the state is written in the database transaction",
+    "dualwrite.7-commit-database-transaction": "the database committed: the decision",
+    "dualwrite.8-commit-transaction": "the log transaction committed",
+    # Dual-write recovery (DualWriter.recover).
+    "dualwrite.recovery-1-read-state": "the stored state was read from the database",
+    "dualwrite.recovery-2-keep-prepared-txn": "initialize(keep_prepared_txn=True) done, nothing "
+                                              "completed yet",
+    "dualwrite.recovery-2-complete-transaction": "the kept transaction was completed by the "
+                                                 "stored state",
+    # Atomic consumption (dualwrite/consumer.py).
+    "dualwrite.consume-1-poll": "records were polled, no database transaction yet",
+    "dualwrite.consume-2-begin-database-transaction": "the database transaction began",
+    "dualwrite.consume-3-write-data": "the handler wrote the records' data",
+    "dualwrite.consume-4-write-offsets": "the consumed offsets are written, not committed",
+    "dualwrite.consume-5-commit-database-transaction": "data and offsets committed together",
+}
 
 log = logging.getLogger(__name__)
+
+# How many times this process has reached each listed point (the n of `@N` without `count`).
+_hits: Counter[str] = Counter()
 
 
 class FailpointError(RuntimeError):
     """Raised by a fault point whose action is `raise`."""
 
 
-def _parse(text: str) -> dict[str, tuple[str, int]]:
-    points: dict[str, tuple[str, int]] = {}
-    for entry in filter(None, (e.strip() for e in text.split(";"))):
-        name, sep, action = entry.partition("=")
-        action, _, at = action.partition("@")
-        if not sep or not name.strip() or action.strip() not in ACTIONS:
-            raise ValueError(f"bad {ENV} entry {entry!r}: use point=crash|raise[@batch]")
-        try:
-            points[name.strip()] = (action.strip(), int(at) if at else 0)
-        except ValueError:
-            raise ValueError(f"bad {ENV} entry {entry!r}: @ takes a batch number") from None
-    return points
+class Failpoint(NamedTuple):
+    """One entry of EXACTLY_FAILPOINTS."""
+
+    action: str            # "crash", "raise" or "pause"
+    at: int = 0            # fires once n >= at (see the module's docstring)
+    seconds: float = 0.0   # how long a pause lasts
 
 
-def active() -> dict[str, tuple[str, int]]:
-    """The fault points the environment switches on: point -> (action, from batch)."""
-    return _parse(os.environ.get(ENV, ""))
+def _bad(entry: str, why: str) -> ValueError:
+    return ValueError(f"bad {ENV} entry {entry!r}: {why}; use {SYNTAX}")
 
 
-def hit(point: str, *, batch: int = 0) -> None:
-    """Fire `point` if EXACTLY_FAILPOINTS lists it (and `batch` has reached its @N)."""
+def _parse_entry(entry: str) -> tuple[str, Failpoint]:
+    name, sep, rest = (part.strip() for part in entry.partition("="))
+    if not sep or not name:
+        raise _bad(entry, "expected point=action")
+    if name not in CATALOGUE:
+        raise ValueError(f"{ENV} names the unknown fault point {name!r}; the known ones: "
+                         f"{', '.join(CATALOGUE)}")
+    action, has_at, at = (part.strip() for part in rest.partition("@"))
+    if has_at and not (at.isascii() and at.isdigit()):
+        raise _bad(entry, "@ takes a whole number")
+    action, _, arg = (part.strip() for part in action.partition(":"))
+    if action in ("crash", "raise") and not arg:
+        return name, Failpoint(action, int(at or 0))
+    if action == "pause":
+        return name, Failpoint(action, int(at or 0), _seconds(entry, arg))
+    raise _bad(entry, f"unknown action {rest!r}")
+
+
+def _seconds(entry: str, text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:
+        raise _bad(entry, "pause takes a number of seconds, pause:SECONDS")
+    return seconds
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(text: str) -> dict[str, Failpoint]:
+    return dict(_parse_entry(e) for e in (e.strip() for e in text.split(";")) if e)
+
+
+def active() -> dict[str, Failpoint]:
+    """The fault points EXACTLY_FAILPOINTS switches on (ValueError if it is malformed)."""
+    return dict(_parse(os.environ.get(ENV, "")))
+
+
+def _fire(point: str, count: int | None) -> float:
+    """Crash or raise if `point` fires now; the seconds to pause otherwise (0: go on)."""
+    if point not in CATALOGUE:
+        raise ValueError(f"fault point {point!r} is not in exactly.failpoints.CATALOGUE: add it "
+                         "there, with a test that fires it")
     if ENV not in os.environ:
-        return
-    found = active().get(point)
-    if found is None or batch < found[1]:
-        return
-    action = found[0]
-    log.warning("event=failpoint point=%s action=%s batch=%d pid=%d", point, action, batch,
+        return 0.0
+    entry = _parse(os.environ[ENV]).get(point)
+    if entry is None:
+        return 0.0
+    if count is None:
+        _hits[point] += 1
+        n = _hits[point]
+    else:
+        n = count
+    if n < entry.at:
+        return 0.0
+    log.warning("event=failpoint point=%s action=%s n=%d pid=%d", point, entry.action, n,
                 os.getpid())
-    if action == "raise":
-        raise FailpointError(f"fault point {point} (batch {batch})")
-    kill_session(os.getsid(0))
+    if entry.action == "raise":
+        raise FailpointError(f"fault point {point} (n={n})")
+    if entry.action == "crash":
+        kill_session(os.getsid(0))
+    return entry.seconds
+
+
+def hit(point: str, *, count: int | None = None) -> None:
+    """Fire `point` if EXACTLY_FAILPOINTS lists it and n has reached its @N; a pause sleeps."""
+    seconds = _fire(point, count)
+    if seconds:
+        time.sleep(seconds)
+
+
+async def hit_async(point: str, *, count: int | None = None) -> None:
+    """`hit` for code on an event loop: a pause awaits, so the loop keeps serving others."""
+    seconds = _fire(point, count)
+    if seconds:
+        await asyncio.sleep(seconds)
 
 
 def kill_session(session: int) -> None:
@@ -86,3 +200,6 @@ def kill_session(session: int) -> None:
             continue
     if os.getsid(0) == session:
         os.kill(me, signal.SIGKILL)
+
+
+active()  # a malformed EXACTLY_FAILPOINTS is refused at once, not at the first hit

@@ -84,6 +84,7 @@ def test_describe_an_unknown_transactional_id_fails_clearly(txn_broker):
                    "--transactional-id", "cli-no-such", check=False)
     assert proc.returncode == 1
     assert "TRANSACTIONAL_ID_NOT_FOUND" in proc.stderr and "cli-no-such" in proc.stderr
+    assert proc.stderr.count("describe transaction 'cli-no-such'") == 1, proc.stderr  # no repeat
 
 
 def _hanging_transaction(broker: EmbeddedBroker) -> tuple[int, int]:

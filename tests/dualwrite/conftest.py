@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from exactly import failpoints
 from exactly.testing.postgres import PrivatePostgres
 from exactly.testing import EmbeddedBroker
 from tests.dualwrite.helpers import Database
@@ -64,10 +65,12 @@ def pg_db(postgres: PrivatePostgres, tmp_path: Path) -> Database:
 
 def run_worker(module: str, *args: str, fault: str | None = None,
                timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`python -m tests.dualwrite.<module> args` from the repository root; EXACTLY_DUALWRITE_FAULT
-    set to `fault` (or unset)."""
-    env = {k: v for k, v in os.environ.items() if k != "EXACTLY_DUALWRITE_FAULT"}
+    """`python -m tests.dualwrite.<module> args` from the repository root, in a session of its own
+    (a fault point's crash kills its whole session); EXACTLY_FAILPOINTS set to `fault` (or
+    unset)."""
+    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
     if fault:
-        env["EXACTLY_DUALWRITE_FAULT"] = fault
+        env[failpoints.ENV] = fault
     return subprocess.run([sys.executable, "-m", f"tests.dualwrite.{module}", *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False,
+                          start_new_session=True)

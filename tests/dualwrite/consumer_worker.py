@@ -1,6 +1,6 @@
 """The consuming application of the atomic-consumption crash tests: copies every record it
 reads into the table `consumed`, with AtomicConsumer (data and offsets in one database
-transaction). Killed by the tests through EXACTLY_DUALWRITE_FAULT.
+transaction). Killed by the tests through EXACTLY_FAILPOINTS.
 
     python -m tests.dualwrite.consumer_worker (--sqlite PATH | --postgres DSN)
         --bootstrap HOST:PORT --topic TOPIC --group GROUP

@@ -1,14 +1,36 @@
-"""What the dual-write tests and their worker processes share: opening the test databases
-and reading what reached the log."""
+"""What the dual-write tests and their worker processes share: opening the test databases,
+reading what reached the log, and the fault points of the crash tests."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from exactly import failpoints
 from exactly.client import Admin, Consumer
+
+PREFIX = "dualwrite."
+
+
+def _steps(pattern: str) -> tuple[str, ...]:
+    """The dual-write steps of the fault-point catalogue whose name matches `pattern`, without
+    the prefix and in the catalogue's order: the crash tests kill the application at each."""
+    names = (p.removeprefix(PREFIX) for p in failpoints.CATALOGUE if p.startswith(PREFIX))
+    return tuple(n for n in names if re.fullmatch(pattern, n))
+
+
+STEPS = _steps(r"\d-.+")                # normal processing, the seed's eight steps
+RECOVERY_STEPS = _steps(r"recovery-.+")  # DualWriter.recover
+CONSUME_STEPS = _steps(r"consume-.+")    # atomic consumption
+
+
+def crash(step: str, at: int | None = None) -> str:
+    """The EXACTLY_FAILPOINTS value that kills the application after `step`, at its `at`-th time
+    (the first without one)."""
+    return f"{PREFIX}{step}=crash" + (f"@{at}" if at else "")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from exactly.dualwrite import DualWriter, Postgres, SQLite
-from exactly.dualwrite.faults import ENV
+from exactly.failpoints import ENV
 
 
 def test_a_connection_of_an_unknown_driver_is_refused() -> None:
@@ -39,6 +39,9 @@ def test_placeholders_follow_the_driver() -> None:
 
 
 def test_an_unknown_fault_point_is_an_error() -> None:
-    proc = subprocess.run([sys.executable, "-c", "import exactly.dualwrite.faults"],
-                          env={ENV: "9-nonsense"}, capture_output=True, text=True, check=False)
-    assert proc.returncode != 0 and "unknown fault point '9-nonsense'" in proc.stderr
+    proc = subprocess.run([sys.executable, "-c", "import exactly.dualwrite"],
+                          env={ENV: "dualwrite.9-nonsense=crash"}, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode != 0
+    assert "unknown fault point 'dualwrite.9-nonsense'" in proc.stderr
+    assert "dualwrite.1-begin-database-transaction" in proc.stderr  # the known ones are named

@@ -13,11 +13,10 @@ import pytest
 
 from exactly.client import Producer, TransactionSession
 from exactly.dualwrite import AtomicConsumer
-from exactly.dualwrite.faults import CONSUME_STEPS
 from exactly.testing import EmbeddedBroker
 from tests.dualwrite.conftest import run_worker
 from tests.dualwrite.consumer_worker import CONSUMED_DDL
-from tests.dualwrite.helpers import Database
+from tests.dualwrite.helpers import CONSUME_STEPS, Database, crash
 
 
 def produce(bootstrap: str, topic: str) -> list[str]:
@@ -63,7 +62,7 @@ def test_kill_9_at_every_step_of_atomic_consumption(db: Database, dw_broker: Emb
     topic = f"consume-{db.kind}-{point[8]}"
     committed = produce(dw_broker.bootstrap, topic)
     args = [*db.args, "--bootstrap", dw_broker.bootstrap, "--topic", topic, "--group", "copier"]
-    crashed = run_worker("consumer_worker", *args, fault=f"{point}:3")
+    crashed = run_worker("consumer_worker", *args, fault=crash(point, 3))
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     before = len(consumed(db))
     assert 0 < before < len(committed)  # two batches went in before the crash, not all

@@ -10,10 +10,9 @@ from collections import Counter
 
 import pytest
 
-from exactly.dualwrite.faults import RECOVERY_STEPS, STEPS
 from exactly.testing import EmbeddedBroker
 from tests.dualwrite.conftest import run_worker
-from tests.dualwrite.helpers import Database, event_ids
+from tests.dualwrite.helpers import RECOVERY_STEPS, STEPS, Database, crash, event_ids
 from tests.support import create_topic
 
 KILLED = -signal.SIGKILL
@@ -74,7 +73,7 @@ def crash_then_recover(db: Database, broker: EmbeddedBroker, name: str, fault: s
 @pytest.mark.parametrize("step", STEPS)
 def test_kill_9_at_every_step(db: Database, dw_broker: EmbeddedBroker, step: str) -> None:
     name = f"{db.kind}-step{step[0]}"
-    outcome = crash_then_recover(db, dw_broker, name, f"{step}:{CRASH_AT}")
+    outcome = crash_then_recover(db, dw_broker, name, crash(step, CRASH_AT))
     assert outcome in OUTCOME[step]
     orders = assert_consistent(db, dw_broker.bootstrap, f"orders-{name}")
     crashed_order = CRASH_AT - 1
@@ -92,8 +91,8 @@ def test_kill_9_during_recovery(db: Database, dw_broker: EmbeddedBroker, first: 
     topic, txn_id = f"orders-{name}", f"order-service-{name}"
     create_topic(dw_broker.bootstrap, topic, partitions=2)
     assert worker(db, dw_broker.bootstrap, txn_id, topic, "0:5",
-                  fault=f"{first}:{CRASH_AT}").returncode == KILLED
-    in_recovery = worker(db, dw_broker.bootstrap, txn_id, topic, "20:2", fault=point)
+                  fault=crash(first, CRASH_AT)).returncode == KILLED
+    in_recovery = worker(db, dw_broker.bootstrap, txn_id, topic, "20:2", fault=crash(point))
     assert in_recovery.returncode == KILLED, in_recovery.stderr[-3000:]
     again = worker(db, dw_broker.bootstrap, txn_id, topic, "10:2")
     assert again.returncode == 0, again.stderr[-3000:]

@@ -20,7 +20,7 @@ from exactly.dualwrite import (
 )
 from exactly.testing import EmbeddedBroker
 from tests.dualwrite.conftest import BROKER_SETTINGS, run_worker
-from tests.dualwrite.helpers import ORDERS_DDL, Database, event_ids
+from tests.dualwrite.helpers import ORDERS_DDL, Database, crash, event_ids
 from tests.support import create_topic
 
 FAST = {"request.timeout.ms": 2000, "delivery.timeout.ms": 3000,
@@ -191,7 +191,8 @@ def test_a_state_never_stored_is_aborted_after_a_broker_restart(db: Database, br
     create_topic(broker.bootstrap, topic, partitions=2)
     args = [*db.args, "--bootstrap", broker.bootstrap, "--transactional-id", txn_id,
             "--topic", topic]
-    crashed = run_worker("worker", *args, "--orders", "0:3", fault="4-prepare-transaction:2")
+    crashed = run_worker("worker", *args, "--orders", "0:3",
+                         fault=crash("4-prepare-transaction", 2))
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     broker.restart()  # kill -9 and start again on the same data dir
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:

@@ -1,5 +1,5 @@
 """The order-writing application of the crash tests, run as a process the tests kill (through
-EXACTLY_DUALWRITE_FAULT). Each order is one dual write: its event to the log, its row to the
+EXACTLY_FAILPOINTS). Each order is one dual write: its event to the log, its row to the
 database.
 
     python -m tests.dualwrite.worker (--sqlite PATH | --postgres DSN) --bootstrap HOST:PORT

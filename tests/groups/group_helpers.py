@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
 from exactly.groups import GroupCoordinator, JoinResult, SyncResult
+from exactly.protocol.errors import ErrorCode
 
 T0 = 1_700_000_000_000
 SESSION = 10_000

@@ -1,6 +1,6 @@
 """The group API handlers, every advertised version: requests built from kio's classes, answers
-encoded with kio's writers. The coordinator and its log are real; only the broker object around
-them is reduced to the attributes the handlers read (the TCP end-to-end tests cover the rest)."""
+encoded with kio's writers. The coordinator and its log are real; only the broker's services
+around them are reduced to the parts the handlers use (the TCP end-to-end tests cover the rest)."""
 
 from __future__ import annotations
 
@@ -17,24 +17,36 @@ from kio.serial import entity_writer
 from kio.static.constants import EntityType
 
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, request_class
+from exactly.server.auth import AuthSession, ListenerRuntime
 from exactly.server.context import RequestContext
 from exactly.server.handlers.groups import HANDLERS
+from exactly.server.services import BrokerIdentity
 
 from .group_helpers import T0
 
 
-class Broker(SimpleNamespace):
-    pass
+class Services(SimpleNamespace):
+    """The parts of exactly.server.services.Services that the group handlers use."""
 
 
-def make_broker(coordinator: Any) -> Broker:
+def make_services(coordinator: Any) -> Services:
     synced: list[Any] = []
 
     async def sync(logs: Any) -> None:
         synced.extend(logs)
 
-    return Broker(groups=coordinator, now_ms=lambda: T0, node_id=7, advertised_host="h",
-                  advertised_port=9092, sync=sync, synced=synced, markers_in_progress={})
+    async def no_markers(transactional_id: str) -> None:
+        pass
+
+    return Services(groups=coordinator, clock=lambda: T0, authorizer=None,
+                    identity=BrokerIdentity(node_id=7, cluster_id="c", finalized_features={}),
+                    appends=SimpleNamespace(sync=sync),
+                    transactions=SimpleNamespace(wait_for_markers=no_markers), synced=synced)
+
+
+def session() -> AuthSession:
+    return AuthSession(ListenerRuntime("PLAINTEXT", "h", 9092), mechanisms=(), plain_users={},
+                       scram_store=None)  # type: ignore[arg-type]
 
 
 def request(api_key: int, version: int, **fields: Any) -> Any:
@@ -46,8 +58,9 @@ def nested(api_key: int, version: int, class_name: str, /, **fields: Any) -> Any
     return build(getattr(module, class_name), **fields)
 
 
-def call(broker: Broker, api_key: int, version: int, req: Any) -> Any:
-    ctx = RequestContext(broker, api_key, version, 1, "cli", "/127.0.0.1")  # type: ignore[arg-type]
+def call(services: Services, api_key: int, version: int, req: Any) -> Any:
+    ctx = RequestContext(services, api_key, version, 1, "cli", "/127.0.0.1",  # type: ignore[arg-type]
+                         session())
 
     async def handle() -> Any:
         return await HANDLERS[api_key](ctx, req)
@@ -67,7 +80,7 @@ def test_handlers_cover_the_group_apis() -> None:
 
 @pytest.mark.parametrize("version", range(7))
 def test_find_coordinator(env, version: int) -> None:
-    broker = make_broker(env.coordinator)
+    broker = make_services(env.coordinator)
     fk = ApiKey.FIND_COORDINATOR
     if version >= 4:
         r = call(broker, fk, version, request(fk, version, key_type=0, coordinator_keys=("a", "b")))
@@ -86,7 +99,7 @@ def test_find_coordinator(env, version: int) -> None:
             assert (r.error_code, r.node_id, r.port) == (ErrorCode.none, 7, 9092)
 
 
-def _join(broker: Broker, version: int, group: str, member_id: str) -> Any:
+def _join(broker: Services, version: int, group: str, member_id: str) -> Any:
     jk = ApiKey.JOIN_GROUP
     proto = nested(jk, version, "JoinGroupRequestProtocol", name="range", metadata=b"meta")
     td = datetime.timedelta
@@ -99,7 +112,7 @@ def _join(broker: Broker, version: int, group: str, member_id: str) -> Any:
 @pytest.mark.parametrize("version", range(10))
 def test_group_lifecycle_at_each_version(env, version: int) -> None:
     env.logs.create_topic("t", 2, internal=False)
-    broker = make_broker(env.coordinator)
+    broker = make_services(env.coordinator)
     group = f"g{version}"
     r = _join(broker, version, group, "")
     if version >= 4:
@@ -187,11 +200,11 @@ def test_group_lifecycle_at_each_version(env, version: int) -> None:
 def test_join_waits_for_other_members(make_env) -> None:
     """A parked JoinGroup is answered when tick() completes the rebalance."""
     env = make_env(initial_rebalance_delay_ms=50)
-    broker = make_broker(env.coordinator)
+    broker = make_services(env.coordinator)
 
     async def scenario() -> Any:
         jk, v = ApiKey.JOIN_GROUP, 3
-        ctx = RequestContext(broker, jk, v, 1, "cli", "/h")  # type: ignore[arg-type]
+        ctx = RequestContext(broker, jk, v, 1, "cli", "/h", session())  # type: ignore[arg-type]
         proto = nested(jk, v, "JoinGroupRequestProtocol", name="range", metadata=b"")
         req = request(jk, v, group_id="w", session_timeout=datetime.timedelta(seconds=10),
                       rebalance_timeout=datetime.timedelta(seconds=30), member_id="",

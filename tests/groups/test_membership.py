@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
 from exactly.groups import GroupState
+from exactly.protocol.errors import ErrorCode
 
 from .group_helpers import REBALANCE, SESSION, T0, heartbeat, join, new_member, sync
 
@@ -24,7 +23,7 @@ def stable_group(coord, n: int, now: int = T0) -> tuple[list[str], int]:
                 answers[m] for m in ids):
             break
         for m in ids:
-            if coord._groups[G].members[m].join_callback is None:
+            if coord.group_manager.groups[G].members[m].join_callback is None:
                 answers[m] = join(coord, G, m, now=now)
     generation = answers[ids[0]][-1].generation_id
     leader = answers[ids[0]][-1].leader_id
@@ -290,5 +289,5 @@ def test_members_awaiting_join_are_not_expired(env) -> None:
     assert a_out == [] or a_out[0].error is ErrorCode.none
     assert coord.describe_group(G).state != "Dead"
     assert a in {m.member_id for m in coord.describe_group(G).members}
-    assert coord._groups[G].state in (GroupState.PREPARING_REBALANCE,
+    assert coord.group_manager.groups[G].state in (GroupState.PREPARING_REBALANCE,
                                       GroupState.COMPLETING_REBALANCE)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
 from exactly.groups import OFFSETS_TOPIC, GroupCoordinator, OffsetToCommit
+from exactly.protocol.errors import ErrorCode
 from exactly.protocol.partitioning import partition_for
 
 from .group_helpers import SESSION, T0, heartbeat, new_member, sync

@@ -13,7 +13,7 @@ from exactly.groups import OFFSETS_TOPIC
 from exactly.protocol.apis import SUPPORTED, ApiKey
 
 from .group_helpers import T0
-from .test_handlers import call, make_broker, nested, request
+from .test_handlers import call, make_services, nested, request
 
 TK = ApiKey.TXN_OFFSET_COMMIT
 PID, EPOCH = 77, 3
@@ -43,7 +43,7 @@ class ScriptedTxn:
 
 
 def txn_broker(env: Any) -> Any:
-    broker = make_broker(env.coordinator)
+    broker = make_services(env.coordinator)
     broker.txn = ScriptedTxn()
     return broker
 

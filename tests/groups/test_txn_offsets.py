@@ -4,10 +4,10 @@ dropped; fencing through the partition's producer state; replay of markers on re
 from __future__ import annotations
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from exactly.groups import GroupCoordinator, OffsetToCommit
 from exactly.log import PartitionLog
+from exactly.protocol.errors import ErrorCode
 from exactly.protocol.records import iter_batches
 
 from .group_helpers import SESSION, T0, join, sync

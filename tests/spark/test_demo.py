@@ -1,4 +1,5 @@
-"""`exactly demo`, short: the Spark pipeline with a driver kill, verified by the demo itself."""
+"""`exactly demo`: its options, its place beside the connector, and a short run with a driver kill
+that the demo verifies itself."""
 
 from __future__ import annotations
 
@@ -6,10 +7,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+EXACTLY = Path(sys.executable).parent / "exactly"
+
+
+def test_demo_help_lists_the_demos_options() -> None:
+    proc = subprocess.run([str(EXACTLY), "demo", "--help"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--crashes", "--seconds", "--rate", "--trigger-seconds", "--delivery",
+                   "--seed"):
+        assert option in proc.stdout, proc.stdout
+
+
+def test_the_connector_does_not_import_the_demo() -> None:
+    code = ("import sys, exactly.spark; "
+            "print(sorted(m for m in sys.modules if m.startswith('exactly.demo')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
 
 def test_demo_survives_a_driver_kill_and_verifies() -> None:
-    exe = Path(sys.executable).parent / "exactly"
-    proc = subprocess.run([str(exe), "demo", "--seconds", "15", "--rate", "100", "--crashes", "1",
+    proc = subprocess.run([str(EXACTLY), "demo", "--seconds", "15", "--rate", "100", "--crashes", "1",
                            "--seed", "7"], capture_output=True, text=True, timeout=600,
                           check=False)
     out = proc.stdout

@@ -10,8 +10,6 @@ from exactly.txn import TransactionCoordinator, TxnState
 from .conftest import T0, TXN, Env
 from .helpers import P0, P1, P2, begin, init, log_end, state
 
-E = ErrorCode
-
 
 @pytest.mark.parametrize("commit", [True, False])
 def test_end_writes_prepare_and_returns_markers(coord: TransactionCoordinator,
@@ -19,7 +17,7 @@ def test_end_writes_prepare_and_returns_markers(coord: TransactionCoordinator,
     pid, epoch = begin(coord)
     end = log_end(coord)
     r = coord.end_txn(TXN, pid, epoch, commit, bump_epoch=False, now_ms=T0 + 5)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, pid, epoch)
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch)
     assert r.markers is not None
     m = r.markers
     assert (m.transactional_id, m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch,
@@ -45,11 +43,12 @@ def test_retry_after_complete_succeeds(coord: TransactionCoordinator, commit: bo
     coord.end_txn(TXN, pid, epoch, commit, bump_epoch=False, now_ms=T0 + 1)
     # While the markers are being written: retriable.
     r = coord.end_txn(TXN, pid, epoch, commit, bump_epoch=False, now_ms=T0 + 2)
-    assert (r.error, r.markers) == (E.concurrent_transactions, None)
+    assert (r.error, r.markers) == (ErrorCode.concurrent_transactions, None)
     coord.markers_written(TXN, T0 + 3)
     end = log_end(coord)
     r = coord.end_txn(TXN, pid, epoch, commit, bump_epoch=False, now_ms=T0 + 4)
-    assert (r.error, r.producer_id, r.producer_epoch, r.markers) == (E.none, pid, epoch, None)
+    assert (r.error, r.producer_id, r.producer_epoch, r.markers) == (
+        ErrorCode.none, pid, epoch, None)
     assert log_end(coord) == end
 
 
@@ -59,23 +58,24 @@ def test_opposite_command_is_invalid_txn_state(coord: TransactionCoordinator,
     pid, epoch = begin(coord)
     coord.end_txn(TXN, pid, epoch, commit, bump_epoch=False, now_ms=T0 + 1)
     r = coord.end_txn(TXN, pid, epoch, not commit, bump_epoch=False, now_ms=T0 + 2)
-    assert r.error == E.invalid_txn_state  # against PrepareX
+    assert r.error == ErrorCode.invalid_txn_state  # against PrepareX
     coord.markers_written(TXN, T0 + 3)
     r = coord.end_txn(TXN, pid, epoch, not commit, bump_epoch=False, now_ms=T0 + 4)
-    assert r.error == E.invalid_txn_state  # against CompleteX
+    assert r.error == ErrorCode.invalid_txn_state  # against CompleteX
 
 
 def test_end_errors(coord: TransactionCoordinator) -> None:
-    assert coord.end_txn("", 1, 0, True, bump_epoch=False, now_ms=T0).error == E.invalid_request
+    assert (coord.end_txn("", 1, 0, True, bump_epoch=False, now_ms=T0).error
+            == ErrorCode.invalid_request)
     assert coord.end_txn("nope", 1, 0, True, bump_epoch=False,
-                         now_ms=T0).error == E.invalid_producer_id_mapping
+                         now_ms=T0).error == ErrorCode.invalid_producer_id_mapping
     pid, epoch = begin(coord)
     assert coord.end_txn(TXN, pid + 1, epoch, True, bump_epoch=False,
-                         now_ms=T0).error == E.invalid_producer_id_mapping
+                         now_ms=T0).error == ErrorCode.invalid_producer_id_mapping
     assert coord.end_txn(TXN, pid, epoch + 1, True, bump_epoch=False,
-                         now_ms=T0).error == E.producer_fenced
+                         now_ms=T0).error == ErrorCode.producer_fenced
     assert coord.end_txn(TXN, pid, epoch - 1, True, bump_epoch=False,
-                         now_ms=T0).error == E.producer_fenced
+                         now_ms=T0).error == ErrorCode.producer_fenced
     assert state(coord) is TxnState.ONGOING
 
 
@@ -83,16 +83,16 @@ def test_end_errors(coord: TransactionCoordinator) -> None:
 def test_end_on_empty_is_invalid_txn_state(coord: TransactionCoordinator, commit: bool) -> None:
     pid, epoch = init(coord)
     r = coord.end_txn(TXN, pid, epoch, commit, bump_epoch=False, now_ms=T0 + 1)
-    assert r.error == E.invalid_txn_state
+    assert r.error == ErrorCode.invalid_txn_state
 
 
 def test_stale_epoch_after_fence(coord: TransactionCoordinator) -> None:
     pid, epoch = begin(coord)
     coord.init_producer_id(TXN, 60_000, now_ms=T0 + 1)  # fence: PrepareAbort with epoch + 1
     assert coord.end_txn(TXN, pid, epoch, True, bump_epoch=False,
-                         now_ms=T0 + 2).error == E.producer_fenced
+                         now_ms=T0 + 2).error == ErrorCode.producer_fenced
     assert coord.end_txn(TXN, pid, epoch + 1, False, bump_epoch=False,
-                         now_ms=T0 + 2).error == E.concurrent_transactions
+                         now_ms=T0 + 2).error == ErrorCode.concurrent_transactions
 
 
 def test_commit_offsets_partition_in_markers(coord: TransactionCoordinator) -> None:
@@ -109,7 +109,7 @@ def test_commit_offsets_partition_in_markers(coord: TransactionCoordinator) -> N
 def test_bump_epoch_commit(coord: TransactionCoordinator) -> None:
     pid, epoch = begin(coord)
     r = coord.end_txn(TXN, pid, epoch, True, bump_epoch=True, now_ms=T0 + 1)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, pid, epoch + 1)
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
     assert r.markers is not None
     assert (r.markers.producer_id, r.markers.producer_epoch) == (pid, epoch + 1)
     meta = coord.describe(TXN)
@@ -119,7 +119,7 @@ def test_bump_epoch_commit(coord: TransactionCoordinator) -> None:
     # KIP-939's layout: PrevProducerId only where the client's id differs from ProducerId.
     assert coord.markers_written(TXN, T0 + 2) == (pid, epoch + 1)
     # The next transaction uses the bumped epoch.
-    assert coord.add_partitions(TXN, pid, epoch + 1, [P2], now_ms=T0 + 3) == {P2: E.none}
+    assert coord.add_partitions(TXN, pid, epoch + 1, [P2], now_ms=T0 + 3) == {P2: ErrorCode.none}
 
 
 def test_bump_epoch_retry_while_prepared_and_after_complete(coord: TransactionCoordinator,
@@ -127,26 +127,26 @@ def test_bump_epoch_retry_while_prepared_and_after_complete(coord: TransactionCo
     pid, epoch = begin(coord)
     coord.end_txn(TXN, pid, epoch, True, bump_epoch=True, now_ms=T0 + 1)
     r = coord.end_txn(TXN, pid, epoch, True, bump_epoch=True, now_ms=T0 + 2)
-    assert r.error == E.concurrent_transactions
+    assert r.error == ErrorCode.concurrent_transactions
     coord.markers_written(TXN, T0 + 3)
     end = log_end(coord)
     r = coord.end_txn(TXN, pid, epoch, True, bump_epoch=True, now_ms=T0 + 4)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, pid, epoch + 1)
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
     assert log_end(coord) == end
     # A retry with the other command is not a retry.
     r = coord.end_txn(TXN, pid, epoch, False, bump_epoch=True, now_ms=T0 + 5)
-    assert r.error == E.invalid_txn_state
+    assert r.error == ErrorCode.invalid_txn_state
     # Committing again with the bumped epoch: that transaction never began.
     r = coord.end_txn(TXN, pid, epoch + 1, True, bump_epoch=True, now_ms=T0 + 6)
-    assert r.error == E.invalid_txn_state
+    assert r.error == ErrorCode.invalid_txn_state
 
 
 def test_bump_epoch_overflow_rotates_producer_id(coord: TransactionCoordinator) -> None:
     pid, _ = init(coord)
-    coord._txns[TXN].producer_epoch = 32766  # the last epoch a client may hold
+    coord.state_manager._txns[TXN].producer_epoch = 32766  # the last epoch a client may hold
     coord.add_partitions(TXN, pid, 32766, [P0], now_ms=T0)
     r = coord.end_txn(TXN, pid, 32766, True, bump_epoch=True, now_ms=T0 + 1)
-    assert r.error == E.none
+    assert r.error == ErrorCode.none
     new_pid = r.producer_id
     assert new_pid != pid and r.producer_epoch == 0
     assert r.markers is not None
@@ -157,13 +157,13 @@ def test_bump_epoch_overflow_rotates_producer_id(coord: TransactionCoordinator) 
             meta.next_producer_id) == (TxnState.PREPARE_COMMIT, pid, 32767, -1, new_pid)
     # The client already has the new id: it retries while the markers are written.
     assert coord.add_partitions(TXN, new_pid, 0, [P1], now_ms=T0 + 2) == {
-        P1: E.concurrent_transactions}
+        P1: ErrorCode.concurrent_transactions}
     assert coord.end_txn(TXN, pid, 32766, True, bump_epoch=True,
-                         now_ms=T0 + 2).error == E.concurrent_transactions
+                         now_ms=T0 + 2).error == ErrorCode.concurrent_transactions
     assert coord.end_txn(TXN, new_pid, 0, True, bump_epoch=True,
-                         now_ms=T0 + 2).error == E.concurrent_transactions
+                         now_ms=T0 + 2).error == ErrorCode.concurrent_transactions
     assert coord.init_producer_id(TXN, 60_000, new_pid, 0,
-                                  now_ms=T0 + 2).error == E.concurrent_transactions
+                                  now_ms=T0 + 2).error == ErrorCode.concurrent_transactions
     assert coord.markers_written(TXN, T0 + 3) == (new_pid, 0)
     meta = coord.describe(TXN)
     assert meta is not None
@@ -171,8 +171,8 @@ def test_bump_epoch_overflow_rotates_producer_id(coord: TransactionCoordinator) 
             meta.next_producer_id) == (TxnState.COMPLETE_COMMIT, new_pid, 0, pid, -1)
     # A retried EndTxn with the old identity succeeds with the new one.
     r = coord.end_txn(TXN, pid, 32766, True, bump_epoch=True, now_ms=T0 + 4)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, new_pid, 0)
-    assert coord.add_partitions(TXN, new_pid, 0, [P1], now_ms=T0 + 5) == {P1: E.none}
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, new_pid, 0)
+    assert coord.add_partitions(TXN, new_pid, 0, [P1], now_ms=T0 + 5) == {P1: ErrorCode.none}
 
 
 def test_delayed_end_with_old_epoch_cannot_touch_new_transaction(
@@ -185,7 +185,7 @@ def test_delayed_end_with_old_epoch_cannot_touch_new_transaction(
     end = log_end(coord)
     for commit in (True, False):
         r = coord.end_txn(TXN, pid, epoch, commit, bump_epoch=True, now_ms=T0 + 4)
-        assert (r.error, r.markers) == (E.producer_fenced, None)
+        assert (r.error, r.markers) == (ErrorCode.producer_fenced, None)
     assert coord.describe(TXN) == before
     assert log_end(coord) == end
     assert state(coord) is TxnState.ONGOING
@@ -194,17 +194,18 @@ def test_delayed_end_with_old_epoch_cannot_touch_new_transaction(
 def test_bump_epoch_abort_of_empty_transaction(coord: TransactionCoordinator) -> None:
     pid, epoch = init(coord)
     r = coord.end_txn(TXN, pid, epoch, False, bump_epoch=True, now_ms=T0 + 1)
-    assert (r.error, r.producer_id, r.producer_epoch, r.markers) == (E.none, pid, epoch + 1, None)
+    assert (r.error, r.producer_id, r.producer_epoch, r.markers) == (
+        ErrorCode.none, pid, epoch + 1, None)
     assert state(coord) is TxnState.COMPLETE_ABORT
     assert coord.pending_markers() == []
     # Empty commit is still not allowed; empty abort again (a new, empty transaction) is.
     assert coord.end_txn(TXN, pid, epoch + 1, True, bump_epoch=True,
-                         now_ms=T0 + 2).error == E.invalid_txn_state
+                         now_ms=T0 + 2).error == ErrorCode.invalid_txn_state
     r = coord.end_txn(TXN, pid, epoch + 1, False, bump_epoch=True, now_ms=T0 + 3)
-    assert (r.error, r.producer_epoch) == (E.none, epoch + 2)
+    assert (r.error, r.producer_epoch) == (ErrorCode.none, epoch + 2)
     # The retry of that abort is recognised as a retry.
     r = coord.end_txn(TXN, pid, epoch + 1, False, bump_epoch=True, now_ms=T0 + 4)
-    assert (r.error, r.producer_epoch) == (E.none, epoch + 2)
+    assert (r.error, r.producer_epoch) == (ErrorCode.none, epoch + 2)
     assert state(coord) is TxnState.COMPLETE_ABORT
 
 
@@ -215,7 +216,7 @@ def test_bump_epoch_retry_after_restart(env: Env) -> None:
     coord.markers_written(TXN, T0 + 2)
     coord = env.restart(T0 + 3)
     r = coord.end_txn(TXN, pid, epoch, True, bump_epoch=True, now_ms=T0 + 4)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, pid, epoch + 1)
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
 
 
 def test_old_client_end_does_not_bump(coord: TransactionCoordinator) -> None:
@@ -224,6 +225,6 @@ def test_old_client_end_does_not_bump(coord: TransactionCoordinator) -> None:
     coord.markers_written(TXN, T0 + 2)
     coord.add_partitions(TXN, pid, epoch + 1, [P0], now_ms=T0 + 3)
     r = coord.end_txn(TXN, pid, epoch + 1, True, bump_epoch=False, now_ms=T0 + 4)
-    assert (r.error, r.producer_epoch) == (E.none, epoch + 1)
+    assert (r.error, r.producer_epoch) == (ErrorCode.none, epoch + 1)
     meta = coord.describe(TXN)
     assert meta is not None and meta.client_transaction_version == 0

@@ -18,8 +18,6 @@ from exactly.txn.store import to_value
 from .conftest import T0, TIMEOUT, TXN, Env, make_config
 from .helpers import P0, P1, P2, begin, init, state
 
-E = ErrorCode
-
 
 def test_topic_is_created_internal_and_compacted(env: Env) -> None:
     info = env.logs.topic(TXN_TOPIC)
@@ -86,13 +84,13 @@ def test_prepared_transaction_rolls_forward_after_restart(env: Env) -> None:
     coord = env.restart(T0 + 200)
     assert state(coord) is TxnState.COMPLETE_COMMIT
     r2 = coord.end_txn(TXN, pid, epoch, True, bump_epoch=False, now_ms=T0 + 201)
-    assert r2.error == E.none
+    assert r2.error == ErrorCode.none
 
 
 def test_prepared_overflow_transaction_after_restart(env: Env) -> None:
     coord = env.coordinator
     pid, _ = init(coord)
-    coord._txns[TXN].producer_epoch = 32766
+    coord.state_manager._txns[TXN].producer_epoch = 32766
     coord.add_partitions(TXN, pid, 32766, [P0], now_ms=T0)
     r = coord.end_txn(TXN, pid, 32766, False, bump_epoch=True, now_ms=T0 + 1)
     coord = env.restart(T0 + 2)
@@ -101,7 +99,8 @@ def test_prepared_overflow_transaction_after_restart(env: Env) -> None:
     assert coord.markers_written(TXN, T0 + 3) == (r.producer_id, 0)
     coord = env.restart(T0 + 4)
     retry = coord.end_txn(TXN, pid, 32766, False, bump_epoch=True, now_ms=T0 + 5)
-    assert (retry.error, retry.producer_id, retry.producer_epoch) == (E.none, r.producer_id, 0)
+    assert (retry.error, retry.producer_id, retry.producer_epoch) == (
+        ErrorCode.none, r.producer_id, 0)
 
 
 def test_ongoing_transaction_times_out_after_restart(env: Env) -> None:

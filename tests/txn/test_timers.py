@@ -12,7 +12,6 @@ from exactly.txn import TransactionCoordinator, TxnState
 from .conftest import T0, TIMEOUT, TXN, Env
 from .helpers import P0, P1, begin, init, log_end, state
 
-E = ErrorCode
 DAY = 24 * 3600 * 1000
 
 
@@ -29,16 +28,16 @@ def test_timeout_aborts_with_bumped_epoch(coord: TransactionCoordinator) -> None
     assert coord.tick(T0 + TIMEOUT + 2) == []  # not aborted twice
     # The zombie is fenced.
     assert coord.end_txn(TXN, pid, epoch, True, bump_epoch=False,
-                         now_ms=T0 + TIMEOUT + 3).error == E.producer_fenced
+                         now_ms=T0 + TIMEOUT + 3).error == ErrorCode.producer_fenced
     assert coord.end_txn(TXN, pid, epoch, True, bump_epoch=True,
-                         now_ms=T0 + TIMEOUT + 3).error == E.producer_fenced
+                         now_ms=T0 + TIMEOUT + 3).error == ErrorCode.producer_fenced
     assert coord.add_partitions(TXN, pid, epoch, [P0], now_ms=T0 + TIMEOUT + 3) == {
-        P0: E.producer_fenced}
+        P0: ErrorCode.producer_fenced}
     assert coord.markers_written(TXN, T0 + TIMEOUT + 4) == (pid, epoch + 1)
     assert state(coord) is TxnState.COMPLETE_ABORT
     # A version-2 client's late retry does not pass for a retry after the coordinator's abort.
     assert coord.end_txn(TXN, pid, epoch, False, bump_epoch=True,
-                         now_ms=T0 + TIMEOUT + 5).error == E.producer_fenced
+                         now_ms=T0 + TIMEOUT + 5).error == ErrorCode.producer_fenced
     assert init(coord, now=T0 + TIMEOUT + 6) == (pid, epoch + 2)
 
 
@@ -73,7 +72,7 @@ def test_idle_ids_expire(make_env: Callable[..., Env]) -> None:
     coord.end_txn("done", pid, epoch, True, bump_epoch=False, now_ms=T0 + 1)
     coord.markers_written("done", T0 + 2)
     begin(coord, "open", partitions=(P0,))
-    coord._txns["open"].txn_timeout_ms = 10 * DAY  # stays open past the expiration
+    coord.state_manager._txns["open"].txn_timeout_ms = 10 * DAY  # stays open past the expiration
     end = log_end(coord, "idle")
     assert coord.tick(T0 + DAY) == []
     assert coord.describe("idle") is not None
@@ -86,10 +85,10 @@ def test_idle_ids_expire(make_env: Callable[..., Env]) -> None:
     assert coord.describe("open") is not None  # an open transaction never expires
     # After expiration the id starts over with a new producer id.
     r = coord.init_producer_id("done", TIMEOUT, now_ms=T0 + DAY + 4)
-    assert r.error == E.none and r.producer_epoch == 0 and r.producer_id != pid
+    assert r.error == ErrorCode.none and r.producer_epoch == 0 and r.producer_id != pid
     # The old producer is unknown now.
     assert coord.end_txn("idle", 0, 0, True, bump_epoch=False,
-                         now_ms=T0 + DAY + 5).error == E.invalid_producer_id_mapping
+                         now_ms=T0 + DAY + 5).error == ErrorCode.invalid_producer_id_mapping
     # The expiration survives a restart (tombstones).
     coord = env.restart(T0 + DAY + 6)
     assert coord.describe("idle") is None
@@ -115,7 +114,7 @@ def test_failed_write_changes_nothing(coord: TransactionCoordinator,
     def fail(*args: object, **kwargs: object) -> None:
         raise StorageError("disk full")
 
-    monkeypatch.setattr(coord._log, "write", fail)
+    monkeypatch.setattr(coord.state_manager.txn_log, "write", fail)
     assert coord.tick(T0 + TIMEOUT + 1) == []  # logged, retried on the next tick
     with pytest.raises(StorageError):
         coord.end_txn(TXN, pid, epoch, True, bump_epoch=True, now_ms=T0 + 2)

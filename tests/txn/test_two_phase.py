@@ -24,9 +24,7 @@ from exactly.txn.state import MAX_EPOCH
 from .conftest import T0, TIMEOUT, TXN, Env
 from .helpers import P0, P1, P2, state
 
-E = ErrorCode
 MAX = MAX_EPOCH
-S = TxnState
 
 
 class ScriptedIds(ProducerIdManager):
@@ -83,20 +81,20 @@ def seed(env: Env) -> Iterator[Seed]:
 def fields(v: TxnLogValue) -> tuple[TxnState, int, int, int, int, int]:
     """TC STATE as the seed writes it: state, ProducerId, ProducerEpoch, PrevProducerId,
     NextProducerId, NextProducerEpoch."""
-    return (S(v.status), v.producer_id, v.producer_epoch, v.prev_producer_id,
+    return (TxnState(v.status), v.producer_id, v.producer_epoch, v.prev_producer_id,
             v.next_producer_id, v.next_producer_epoch)
 
 
 def init_at_max_minus_1(s: Seed, **kw: bool) -> None:
     """Step 1 of both examples: InitProducerId(false) leaves id 42 at epoch MAX-1."""
     r = s.coord.init_producer_id(TXN, TIMEOUT, now_ms=T0, **kw)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, 42, 0)
-    s.coord._txns[TXN].producer_epoch = MAX - 2  # as if initialized MAX-2 more times
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, 42, 0)
+    s.coord.state_manager._txns[TXN].producer_epoch = MAX - 2  # as if initialized MAX-2 more times
     s.records()
     r = s.coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 1, **kw)
     assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id,
-            r.ongoing_producer_epoch) == (E.none, 42, MAX - 1, -1, -1)
-    assert fields(s.step()) == (S.EMPTY, 42, MAX - 1, -1, -1, -1)
+            r.ongoing_producer_epoch) == (ErrorCode.none, 42, MAX - 1, -1, -1)
+    assert fields(s.step()) == (TxnState.EMPTY, 42, MAX - 1, -1, -1, -1)
 
 
 # -- the seed's worked examples ---------------------------------------------------------------
@@ -108,20 +106,20 @@ def test_vanilla_kip_890_overflow_example(seed: Seed) -> None:
     # 1. InitProducerId(false)
     init_at_max_minus_1(s)
     # 2. AddPartitionsToTxn with 42/MAX-1
-    assert s.coord.add_partitions(TXN, 42, MAX - 1, [P0], now_ms=T0 + 2) == {P0: E.none}
-    assert fields(s.step()) == (S.ONGOING, 42, MAX - 1, -1, -1, -1)
+    assert s.coord.add_partitions(TXN, 42, MAX - 1, [P0], now_ms=T0 + 2) == {P0: ErrorCode.none}
+    assert fields(s.step()) == (TxnState.ONGOING, 42, MAX - 1, -1, -1, -1)
     # 3. Commit with 42/MAX-1: markers with 42/MAX, the client gets 85/0.
     end = s.coord.end_txn(TXN, 42, MAX - 1, True, bump_epoch=True, now_ms=T0 + 3)
-    assert (end.error, end.producer_id, end.producer_epoch) == (E.none, 85, 0)
+    assert (end.error, end.producer_id, end.producer_epoch) == (ErrorCode.none, 85, 0)
     assert end.markers is not None
     assert (end.markers.producer_id, end.markers.producer_epoch) == (42, MAX)
-    assert fields(s.step()) == (S.PREPARE_COMMIT, 42, MAX, -1, 85, 0)
+    assert fields(s.step()) == (TxnState.PREPARE_COMMIT, 42, MAX, -1, 85, 0)
     # 4. CompleteCommit
     assert s.coord.markers_written(TXN, T0 + 4) == (85, 0)
-    assert fields(s.step()) == (S.COMPLETE_COMMIT, 85, 0, 42, -1, -1)
+    assert fields(s.step()) == (TxnState.COMPLETE_COMMIT, 85, 0, 42, -1, -1)
     # The stored extras are there for a retried commit: it gets success and the new id.
     end = s.coord.end_txn(TXN, 42, MAX - 1, True, bump_epoch=True, now_ms=T0 + 5)
-    assert (end.error, end.producer_id, end.producer_epoch) == (E.none, 85, 0)
+    assert (end.error, end.producer_id, end.producer_epoch) == (ErrorCode.none, 85, 0)
     assert s.records() == []
 
 
@@ -131,9 +129,9 @@ def test_two_phase_commit_example_with_two_epoch_overflows(seed: Seed) -> None:
     init_at_max_minus_1(s, enable_2pc=True)
     # 2. AddPartitionsToTxn
     assert s.coord.add_partitions(TXN, 42, MAX - 1, [P0, P1], now_ms=T0 + 2) == {
-        P0: E.none, P1: E.none}
+        P0: ErrorCode.none, P1: ErrorCode.none}
     v = s.step()
-    assert fields(v) == (S.ONGOING, 42, MAX - 1, -1, -1, -1)
+    assert fields(v) == (TxnState.ONGOING, 42, MAX - 1, -1, -1, -1)
     assert v.txn_timeout_ms == -1
     # 3. (prepared on the client, which crashes)
     # 4. InitProducerId(true): the ongoing pair stays, the client gets a new id (MAX is the
@@ -141,49 +139,50 @@ def test_two_phase_commit_example_with_two_epoch_overflows(seed: Seed) -> None:
     r = s.coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 4, enable_2pc=True,
                                  keep_prepared_txn=True)
     assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id,
-            r.ongoing_producer_epoch, r.markers) == (E.none, 73, 0, 42, MAX - 1, None)
-    assert fields(s.step()) == (S.ONGOING, 42, MAX - 1, -1, 73, 0)
+            r.ongoing_producer_epoch, r.markers) == (ErrorCode.none, 73, 0, 42, MAX - 1, None)
+    assert fields(s.step()) == (TxnState.ONGOING, 42, MAX - 1, -1, 73, 0)
     # 5.-6. crash, InitProducerId(true) again: only NextProducerEpoch moves.
     r = s.coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 6, enable_2pc=True,
                                  keep_prepared_txn=True)
     assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id,
-            r.ongoing_producer_epoch) == (E.none, 73, 1, 42, MAX - 1)
-    assert fields(s.step()) == (S.ONGOING, 42, MAX - 1, -1, 73, 1)
+            r.ongoing_producer_epoch) == (ErrorCode.none, 73, 1, 42, MAX - 1)
+    assert fields(s.step()) == (TxnState.ONGOING, 42, MAX - 1, -1, 73, 1)
     # 7. a crash loop drives NextProducerEpoch to MAX-1
     for epoch in range(2, 5):
         r = s.coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 7, enable_2pc=True,
                                      keep_prepared_txn=True)
         assert (r.producer_id, r.producer_epoch, r.ongoing_producer_epoch) == (73, epoch, MAX - 1)
-    s.coord._txns[TXN].next_producer_epoch = MAX - 2  # as if it crashed MAX-6 more times
+    # as if it crashed MAX-6 more times
+    s.coord.state_manager._txns[TXN].next_producer_epoch = MAX - 2
     r = s.coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 7, enable_2pc=True,
                                  keep_prepared_txn=True)
     assert (r.producer_id, r.producer_epoch) == (73, MAX - 1)
-    assert fields(s.records()[-1]) == (S.ONGOING, 42, MAX - 1, -1, 73, MAX - 1)
+    assert fields(s.records()[-1]) == (TxnState.ONGOING, 42, MAX - 1, -1, 73, MAX - 1)
     # 8. InitProducerId(true): the client's epoch reaches MAX.
     r = s.coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 8, enable_2pc=True,
                                  keep_prepared_txn=True)
     assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id,
-            r.ongoing_producer_epoch) == (E.none, 73, MAX, 42, MAX - 1)
-    assert fields(s.step()) == (S.ONGOING, 42, MAX - 1, -1, 73, MAX)
+            r.ongoing_producer_epoch) == (ErrorCode.none, 73, MAX, 42, MAX - 1)
+    assert fields(s.step()) == (TxnState.ONGOING, 42, MAX - 1, -1, 73, MAX)
     # 9. Commit with the latest identity, 73/MAX: markers with 42/MAX (the ongoing epoch + 1),
     #    the next transaction gets a third id, 85/0; PrevProducerId 73 for a retry.
     end = s.coord.end_txn(TXN, 73, MAX, True, bump_epoch=True, now_ms=T0 + 9)
-    assert (end.error, end.producer_id, end.producer_epoch) == (E.none, 85, 0)
+    assert (end.error, end.producer_id, end.producer_epoch) == (ErrorCode.none, 85, 0)
     assert end.markers is not None
     assert (end.markers.producer_id, end.markers.producer_epoch, end.markers.commit,
             end.markers.partitions) == (42, MAX, True, [P0, P1])
-    assert fields(s.step()) == (S.PREPARE_COMMIT, 42, MAX, 73, 85, 0)
+    assert fields(s.step()) == (TxnState.PREPARE_COMMIT, 42, MAX, 73, 85, 0)
     # 10. CompleteCommit
     assert s.coord.markers_written(TXN, T0 + 10) == (85, 0)
     v = s.step()
-    assert fields(v) == (S.COMPLETE_COMMIT, 85, 0, 73, -1, -1)
+    assert fields(v) == (TxnState.COMPLETE_COMMIT, 85, 0, 73, -1, -1)
     assert v.txn_timeout_ms == -1
     # A retried commit (its answer lost) gets success and the new identity, writes nothing.
     end = s.coord.end_txn(TXN, 73, MAX, True, bump_epoch=True, now_ms=T0 + 11)
-    assert (end.error, end.producer_id, end.producer_epoch) == (E.none, 85, 0)
+    assert (end.error, end.producer_id, end.producer_epoch) == (ErrorCode.none, 85, 0)
     assert s.records() == []
     # The next transaction runs under 85/0.
-    assert s.coord.add_partitions(TXN, 85, 0, [P2], now_ms=T0 + 12) == {P2: E.none}
+    assert s.coord.add_partitions(TXN, 85, 0, [P2], now_ms=T0 + 12) == {P2: ErrorCode.none}
 
 
 def test_two_phase_example_survives_coordinator_restarts(seed: Seed) -> None:
@@ -196,25 +195,26 @@ def test_two_phase_example_survives_coordinator_restarts(seed: Seed) -> None:
     meta = coord.describe(TXN)
     assert meta is not None
     assert (meta.state, meta.producer_id, meta.producer_epoch, meta.next_producer_id,
-            meta.next_producer_epoch, meta.txn_timeout_ms) == (S.ONGOING, 42, MAX - 1, 73, 0, -1)
+            meta.next_producer_epoch, meta.txn_timeout_ms) == (
+                TxnState.ONGOING, 42, MAX - 1, 73, 0, -1)
     assert meta.is_kept and meta.client_identity == (73, 0)
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 6, enable_2pc=True,
                                keep_prepared_txn=True)
     assert (r.producer_id, r.producer_epoch, r.ongoing_producer_id, r.ongoing_producer_epoch) == (
         73, 1, 42, MAX - 1)
     end = coord.end_txn(TXN, 73, 1, True, bump_epoch=True, now_ms=T0 + 7)
-    assert (end.error, end.producer_id, end.producer_epoch) == (E.none, 73, 2)
+    assert (end.error, end.producer_id, end.producer_epoch) == (ErrorCode.none, 73, 2)
     s.records()
     coord = s.restart(T0 + 8)  # decided, markers not yet written: rolled forward
     (m,) = coord.pending_markers()
     assert (m.producer_id, m.producer_epoch, m.commit, m.partitions) == (42, MAX, True, [P0])
     # The client's retry is still recognised from the record (73 continues with epoch 1 + 1).
     assert coord.end_txn(TXN, 73, 1, True, bump_epoch=True,
-                         now_ms=T0 + 9).error == E.concurrent_transactions
+                         now_ms=T0 + 9).error == ErrorCode.concurrent_transactions
     assert coord.markers_written(TXN, T0 + 10) == (73, 2)
-    assert fields(s.step()) == (S.COMPLETE_COMMIT, 73, 2, -1, -1, -1)
+    assert fields(s.step()) == (TxnState.COMPLETE_COMMIT, 73, 2, -1, -1, -1)
     end = coord.end_txn(TXN, 73, 1, True, bump_epoch=True, now_ms=T0 + 11)
-    assert (end.error, end.producer_id, end.producer_epoch) == (E.none, 73, 2)
+    assert (end.error, end.producer_id, end.producer_epoch) == (ErrorCode.none, 73, 2)
 
 
 # -- the kept transaction -------------------------------------------------------------------
@@ -223,9 +223,9 @@ def test_two_phase_example_survives_coordinator_restarts(seed: Seed) -> None:
 def begin_2pc(coord: TransactionCoordinator, *, partitions: tuple[tuple[str, int], ...] = (P0,),
               enable_2pc: bool = True, now: int = T0) -> tuple[int, int]:
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=now, enable_2pc=enable_2pc)
-    assert r.error == E.none
+    assert r.error == ErrorCode.none
     res = coord.add_partitions(TXN, r.producer_id, r.producer_epoch, list(partitions), now_ms=now)
-    assert set(res.values()) == {E.none}
+    assert set(res.values()) == {ErrorCode.none}
     return r.producer_id, r.producer_epoch
 
 
@@ -233,7 +233,7 @@ def keep(coord: TransactionCoordinator, *, now: int = T0 + 1,
          enable_2pc: bool = True) -> tuple[int, int]:
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=now, enable_2pc=enable_2pc,
                                keep_prepared_txn=True)
-    assert r.error == E.none, r
+    assert r.error == ErrorCode.none, r
     return r.producer_id, r.producer_epoch
 
 
@@ -242,21 +242,21 @@ def test_keep_without_overflow_bumps_the_same_id(coord: TransactionCoordinator) 
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 1, enable_2pc=True,
                                keep_prepared_txn=True)
     assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id,
-            r.ongoing_producer_epoch) == (E.none, pid, epoch + 1, pid, epoch)
+            r.ongoing_producer_epoch) == (ErrorCode.none, pid, epoch + 1, pid, epoch)
     assert keep(coord, now=T0 + 2) == (pid, epoch + 2)
     meta = coord.describe(TXN)
     assert meta is not None
     assert (meta.state, meta.producer_id, meta.producer_epoch, meta.next_producer_id,
             meta.next_producer_epoch, sorted(meta.partitions)) == (
-        S.ONGOING, pid, epoch, pid, epoch + 2, [P0])
+        TxnState.ONGOING, pid, epoch, pid, epoch + 2, [P0])
     # Commit with the newest identity: markers with the transaction's epoch + 1, the client
     # goes on one above its own.
     end = coord.end_txn(TXN, pid, epoch + 2, True, bump_epoch=True, now_ms=T0 + 3)
-    assert (end.error, end.producer_id, end.producer_epoch) == (E.none, pid, epoch + 3)
+    assert (end.error, end.producer_id, end.producer_epoch) == (ErrorCode.none, pid, epoch + 3)
     assert end.markers is not None
     assert (end.markers.producer_id, end.markers.producer_epoch) == (pid, epoch + 1)
     assert coord.markers_written(TXN, T0 + 4) == (pid, epoch + 3)
-    assert state(coord) is S.COMPLETE_COMMIT
+    assert state(coord) is TxnState.COMPLETE_COMMIT
 
 
 def test_split_brain_older_instance_is_fenced_at_its_first_commit(
@@ -269,24 +269,26 @@ def test_split_brain_older_instance_is_fenced_at_its_first_commit(
     # Instance 1 commits first: fenced, nothing decided.
     for bump in (True, False):
         assert coord.end_txn(TXN, *first, True, bump_epoch=bump,
-                             now_ms=T0 + 3).error == E.producer_fenced
+                             now_ms=T0 + 3).error == ErrorCode.producer_fenced
         assert coord.end_txn(TXN, *first, False, bump_epoch=bump,
-                             now_ms=T0 + 3).error == E.producer_fenced
-    assert state(coord) is S.ONGOING
+                             now_ms=T0 + 3).error == ErrorCode.producer_fenced
+    assert state(coord) is TxnState.ONGOING
     # Nobody writes into the kept transaction: not the fenced instance, not the original one,
     # not its new owner (only commit/abort may follow KeepPreparedTxn).
     for identity in (first, orig):
-        assert coord.add_partitions(TXN, *identity, [P2], now_ms=T0 + 3) == {P2: E.producer_fenced}
-        assert coord.verify_partitions(TXN, *identity, [P0]) == {P0: E.producer_fenced}
+        assert coord.add_partitions(TXN, *identity, [P2], now_ms=T0 + 3) == {
+            P2: ErrorCode.producer_fenced}
+        assert coord.verify_partitions(TXN, *identity, [P0]) == {P0: ErrorCode.producer_fenced}
         assert coord.add_offsets(TXN, *identity, "g", ("__consumer_offsets", 0),
-                                 now_ms=T0 + 3) == E.producer_fenced
-    assert coord.add_partitions(TXN, *second, [P2], now_ms=T0 + 3) == {P2: E.invalid_txn_state}
-    assert coord.verify_partitions(TXN, *second, [P0]) == {P0: E.invalid_txn_state}
+                                 now_ms=T0 + 3) == ErrorCode.producer_fenced
+    assert coord.add_partitions(TXN, *second, [P2], now_ms=T0 + 3) == {
+        P2: ErrorCode.invalid_txn_state}
+    assert coord.verify_partitions(TXN, *second, [P0]) == {P0: ErrorCode.invalid_txn_state}
     meta = coord.describe(TXN)
     assert meta is not None and meta.partitions == {P0, P1}
     # Instance 2 commits the transaction as it was.
     end = coord.end_txn(TXN, *second, True, bump_epoch=True, now_ms=T0 + 4)
-    assert end.error == E.none and end.markers is not None
+    assert end.error == ErrorCode.none and end.markers is not None
     assert (end.markers.producer_id, end.markers.producer_epoch, end.markers.partitions) == (
         orig[0], orig[1] + 1, [P0, P1])
     coord.markers_written(TXN, T0 + 5)
@@ -294,10 +296,10 @@ def test_split_brain_older_instance_is_fenced_at_its_first_commit(
     # Instance 1's commit, arriving late, is no retry: fenced, and it never gets instance 2's
     # identity.
     assert coord.end_txn(TXN, *first, True, bump_epoch=True, now_ms=T0 + 6).error in (
-        E.producer_fenced, E.invalid_producer_id_mapping)
-    assert coord.add_partitions(TXN, *first, [P2], now_ms=T0 + 6) == {P2: E.producer_fenced}
+        ErrorCode.producer_fenced, ErrorCode.invalid_producer_id_mapping)
+    assert coord.add_partitions(TXN, *first, [P2], now_ms=T0 + 6) == {P2: ErrorCode.producer_fenced}
     # Instance 2 goes on with the next transaction.
-    assert coord.add_partitions(TXN, *nxt, [P2], now_ms=T0 + 7) == {P2: E.none}
+    assert coord.add_partitions(TXN, *nxt, [P2], now_ms=T0 + 7) == {P2: ErrorCode.none}
 
 
 def test_keep_prepared_txn_abort_and_version_1_end(coord: TransactionCoordinator) -> None:
@@ -305,40 +307,40 @@ def test_keep_prepared_txn_abort_and_version_1_end(coord: TransactionCoordinator
     client = keep(coord)
     # A version-1 client (no bump): markers with the kept epoch + 1, it goes on as it is.
     end = coord.end_txn(TXN, *client, False, bump_epoch=False, now_ms=T0 + 2)
-    assert end.error == E.none and end.markers is not None
+    assert end.error == ErrorCode.none and end.markers is not None
     assert (end.markers.producer_id, end.markers.producer_epoch, end.markers.commit) == (
         pid, epoch + 1, False)
     assert coord.markers_written(TXN, T0 + 3) == client
-    assert coord.add_partitions(TXN, *client, [P1], now_ms=T0 + 4) == {P1: E.none}
+    assert coord.add_partitions(TXN, *client, [P1], now_ms=T0 + 4) == {P1: ErrorCode.none}
 
 
 def test_keep_with_nothing_ongoing_is_a_plain_init(coord: TransactionCoordinator) -> None:
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=T0, keep_prepared_txn=True)
     assert (r.error, r.producer_epoch, r.ongoing_producer_id, r.ongoing_producer_epoch) == (
-        E.none, 0, -1, -1)
+        ErrorCode.none, 0, -1, -1)
     pid = r.producer_id
     coord.add_partitions(TXN, pid, 0, [P0], now_ms=T0)
     coord.end_txn(TXN, pid, 0, True, bump_epoch=True, now_ms=T0 + 1)
     # PrepareCommit: wait for the markers, as without KeepPreparedTxn.
     assert coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 2,
-                                  keep_prepared_txn=True).error == E.concurrent_transactions
+                                  keep_prepared_txn=True).error == ErrorCode.concurrent_transactions
     coord.markers_written(TXN, T0 + 3)
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 4, keep_prepared_txn=True)
     assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id) == (
-        E.none, pid, 2, -1)
+        ErrorCode.none, pid, 2, -1)
 
 
 def test_keep_with_expected_identity(coord: TransactionCoordinator) -> None:
     pid, epoch = begin_2pc(coord)
     r = coord.init_producer_id(TXN, TIMEOUT, pid, epoch, now_ms=T0 + 1, enable_2pc=True,
                                keep_prepared_txn=True)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, pid, epoch + 1)
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
     # The old identity no longer names the client.
     assert coord.init_producer_id(TXN, TIMEOUT, pid, epoch, now_ms=T0 + 2, enable_2pc=True,
-                                  keep_prepared_txn=True).error == E.producer_fenced
+                                  keep_prepared_txn=True).error == ErrorCode.producer_fenced
     r = coord.init_producer_id(TXN, TIMEOUT, pid, epoch + 1, now_ms=T0 + 3, enable_2pc=True,
                                keep_prepared_txn=True)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, pid, epoch + 2)
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch + 2)
 
 
 def test_init_without_keep_aborts_the_kept_transaction(coord: TransactionCoordinator) -> None:
@@ -346,15 +348,15 @@ def test_init_without_keep_aborts_the_kept_transaction(coord: TransactionCoordin
     pid, epoch = begin_2pc(coord, partitions=(P0, P1))
     client = keep(coord)
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 2)
-    assert r.error == E.concurrent_transactions and r.markers is not None
+    assert r.error == ErrorCode.concurrent_transactions and r.markers is not None
     assert (r.markers.producer_id, r.markers.producer_epoch, r.markers.commit,
             r.markers.partitions) == (pid, epoch + 1, False, [P0, P1])
     assert coord.markers_written(TXN, T0 + 3) == client  # no identity goes back
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 4)
-    assert (r.error, r.producer_id, r.producer_epoch) == (E.none, client[0], client[1] + 1)
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, client[0], client[1] + 1)
     # The holder of the kept identity is fenced now.
     assert coord.end_txn(TXN, *client, True, bump_epoch=True,
-                         now_ms=T0 + 5).error == E.producer_fenced
+                         now_ms=T0 + 5).error == ErrorCode.producer_fenced
 
 
 # -- no timeout for 2PC ---------------------------------------------------------------------
@@ -365,7 +367,7 @@ def test_two_phase_transaction_never_times_out(make_env: Callable[..., Env]) -> 
     coord = env.coordinator
     # The request's timeout is ignored with Enable2Pc, even one over the maximum.
     r = coord.init_producer_id(TXN, 10**9, now_ms=T0, enable_2pc=True)
-    assert r.error == E.none
+    assert r.error == ErrorCode.none
     coord.add_partitions(TXN, r.producer_id, r.producer_epoch, [P0], now_ms=T0)
     meta = coord.describe(TXN)
     assert meta is not None and meta.txn_timeout_ms == -1 and meta.is_two_phase
@@ -376,15 +378,15 @@ def test_two_phase_transaction_never_times_out(make_env: Callable[..., Env]) -> 
     assert [m.transactional_id for m in markers] == ["plain"]
     year = 365 * 24 * 3600 * 1000
     assert coord.tick(T0 + year) == []
-    assert state(coord) is S.ONGOING
+    assert state(coord) is TxnState.ONGOING
     # Kept by a new instance, still no timeout; and none after a restart either.
     keep(coord, now=T0 + year)
     coord = env.restart(T0 + year + 1)
     assert coord.tick(T0 + 2 * year) == []
-    assert state(coord) is S.ONGOING
+    assert state(coord) is TxnState.ONGOING
     # Without Enable2Pc the timeout is checked as always.
     assert coord.init_producer_id("other", 10**9,
-                                  now_ms=T0).error == E.invalid_transaction_timeout
+                                  now_ms=T0).error == ErrorCode.invalid_transaction_timeout
 
 
 def test_keep_prepared_txn_without_2pc_is_allowed_and_times_out(coord: TransactionCoordinator,
@@ -394,7 +396,7 @@ def test_keep_prepared_txn_without_2pc_is_allowed_and_times_out(coord: Transacti
     pid, epoch = begin_2pc(coord, enable_2pc=False)
     r = coord.init_producer_id(TXN, TIMEOUT, now_ms=T0 + 10, keep_prepared_txn=True)
     assert (r.error, r.producer_id, r.producer_epoch, r.ongoing_producer_id,
-            r.ongoing_producer_epoch) == (E.none, pid, epoch + 1, pid, epoch)
+            r.ongoing_producer_epoch) == (ErrorCode.none, pid, epoch + 1, pid, epoch)
     meta = coord.describe(TXN)
     assert meta is not None and meta.txn_timeout_ms == TIMEOUT
     (m,) = coord.tick(T0 + TIMEOUT + 1)
@@ -402,4 +404,4 @@ def test_keep_prepared_txn_without_2pc_is_allowed_and_times_out(coord: Transacti
     assert coord.markers_written(TXN, T0 + TIMEOUT + 2) == (pid, epoch + 1)
     # The kept identity cannot commit what was aborted.
     assert coord.end_txn(TXN, pid, epoch + 1, True, bump_epoch=True,
-                         now_ms=T0 + TIMEOUT + 3).error == E.invalid_txn_state
+                         now_ms=T0 + TIMEOUT + 3).error == ErrorCode.invalid_txn_state

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from exactly.cli.common import (
+    admin_call,
     bootstrap_option,
     command_config_option,
-    fail,
     open_admin,
     print_table,
 )
@@ -24,8 +24,6 @@ from exactly.client.admin import (
     PatternType,
     ResourceType,
 )
-
-T = TypeVar("T")
 
 # Kafka's tool spells operations in CamelCase (Read, IdempotentWrite, TwoPhaseCommit).
 OPERATIONS = {op.name.replace("_", "").lower(): op for op in AclOperation
@@ -49,17 +47,6 @@ def _principal(text: str, option: str) -> str:
         raise click.BadParameter(f"{text!r} is not TYPE:NAME, e.g. User:alice (User:* for anyone)",
                                  param_hint=option)
     return text
-
-
-def _call(what: str, fn: Callable[[], T]) -> T:
-    from exactly.client import KafkaError
-
-    try:
-        return fn()
-    except KafkaError as exc:
-        fail(f"{what}: {exc}")
-    except (OSError, TimeoutError) as exc:
-        fail(f"{what}: cannot reach the broker: {exc}")
 
 
 def _resources(topics: tuple[str, ...], groups: tuple[str, ...], txn_ids: tuple[str, ...],
@@ -159,7 +146,7 @@ def add(bootstrap: str, command_config: str | None, allow_principals: tuple[str,
                 for rtype, name in resources for permission, principal, host in entries
                 for op in ops]
     with open_admin(bootstrap, command_config, "exactly-acls") as admin:
-        _call("add ACLs", lambda: admin.create_acls(bindings))
+        admin_call("add ACLs", lambda: admin.create_acls(bindings))
     click.echo(f"Added {len(bindings)} ACL(s):")
     _print(bindings)
 
@@ -183,7 +170,7 @@ def list_(bootstrap: str, command_config: str | None, topics: tuple[str, ...],
     found: list[AclBinding] = []
     with open_admin(bootstrap, command_config, "exactly-acls") as admin:
         for f in filters:
-            found += _call("list ACLs", functools.partial(admin.describe_acls, f))
+            found += admin_call("list ACLs", functools.partial(admin.describe_acls, f))
     _print(list(dict.fromkeys(found)))
 
 
@@ -213,6 +200,6 @@ def remove(bootstrap: str, command_config: str | None, allow_principals: tuple[s
     filters = [AclBindingFilter(rtype, name, pattern_type, principal, host, op, perm)
                for rtype, name in resources for perm, principal, host in entries for op in ops]
     with open_admin(bootstrap, command_config, "exactly-acls") as admin:
-        deleted = _call("remove ACLs", lambda: admin.delete_acls(filters))
+        deleted = admin_call("remove ACLs", lambda: admin.delete_acls(filters))
     click.echo(f"Removed {len(deleted)} ACL(s):")
     _print(deleted)

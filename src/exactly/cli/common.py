@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import click
+
+T = TypeVar("T")
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
 
@@ -100,6 +102,21 @@ def open_admin(bootstrap: str, command_config: str | None, client_id: str) -> An
         return Admin(client_settings(bootstrap, command_config, client_id))
     except ConfigError as exc:
         fail(f"bad client settings: {exc}", 2)
+
+
+def admin_call(what: str, call: Callable[[], T]) -> T:
+    """`call()`'s result; a clean exit naming `what` if the broker refused it or cannot be
+    reached. The admin client's errors often name the same action already ("describe
+    transaction 'x': ..."): that prefix is not added twice."""
+    from exactly.client import KafkaError
+
+    try:
+        return call()
+    except KafkaError as exc:
+        message = str(exc)
+        fail(message if message.startswith(f"{what}:") else f"{what}: {message}")
+    except (OSError, TimeoutError) as exc:
+        fail(f"{what}: cannot reach the broker: {exc}")
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

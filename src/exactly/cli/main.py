@@ -95,11 +95,15 @@ cli.add_command(acls)
 cli.add_command(users)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+# The demo parses its own arguments, --help included, so that `exactly demo --help` lists them.
+@cli.command(
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
 @click.pass_context
 def demo(ctx: click.Context) -> None:
     """The Spark pipeline, exactly-once through driver kills (see `exactly demo --help`)."""
-    from exactly.demo import main as run_demo
+    from exactly.demo.app import main as run_demo
 
     raise SystemExit(run_demo(list(ctx.args)))
 

@@ -5,12 +5,12 @@ client, so it works against Exactly and against Apache Kafka."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from exactly.cli.common import (
+    admin_call,
     bootstrap_option,
     command_config_option,
     fail,
@@ -18,21 +18,7 @@ from exactly.cli.common import (
     print_table,
 )
 
-T = TypeVar("T")
-
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
-_OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
-
-
-def _call(what: str, fn: Callable[[], T]) -> T:
-    from exactly.client import KafkaError
-
-    try:
-        return fn()
-    except KafkaError as exc:
-        fail(f"{what}: {exc}")
-    except (OSError, TimeoutError) as exc:
-        fail(f"{what}: cannot reach the broker: {exc}")
 
 
 def _admin(bootstrap: str, command_config: str | None) -> Any:
@@ -80,7 +66,7 @@ def list_(
 ) -> None:
     """List the transactions the coordinators know."""
     with _admin(bootstrap, command_config) as admin:
-        listing = _call("list transactions", lambda: admin.list_transactions(
+        listing = admin_call("list transactions", lambda: admin.list_transactions(
             states=list(states) or None, producer_ids=list(producer_ids) or None,
             running_longer_than_ms=running_longer_than_ms))
     print_table(("TransactionalId", "ProducerId", "TransactionState"),
@@ -94,18 +80,18 @@ def list_(
 def describe(bootstrap: str, command_config: str | None, transactional_id: str) -> None:
     """Describe one transactional id's current transaction, as its coordinator knows it."""
     with _admin(bootstrap, command_config) as admin:
-        descs = _call(f"describe transaction {transactional_id!r}",
-                      lambda: admin.describe_transactions([transactional_id]))
-    d = descs[transactional_id]
+        descs = admin_call(f"describe transaction {transactional_id!r}",
+                           lambda: admin.describe_transactions([transactional_id]))
+    txn = descs[transactional_id]
     now = int(time.time() * 1000)
-    open_ = d.start_time_ms >= 0
+    open_ = txn.start_time_ms >= 0
     print_table(
         ("TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
          "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
          "TopicPartitions"),
-        [(transactional_id, d.producer_id, d.producer_epoch, d.state, d.timeout_ms,
-          d.start_time_ms if open_ else None, max(now - d.start_time_ms, 0) if open_ else None,
-          ",".join(f"{t}-{p}" for t, p in d.partitions) or None)])
+        [(transactional_id, txn.producer_id, txn.producer_epoch, txn.state, txn.timeout_ms,
+          txn.start_time_ms if open_ else None, max(now - txn.start_time_ms, 0) if open_ else None,
+          ",".join(f"{t}-{p}" for t, p in txn.partitions) or None)])
 
 
 @transactions.command("find-hanging")
@@ -131,11 +117,12 @@ def find_hanging(bootstrap: str, command_config: str | None, topic: str, partiti
     transaction timeout. End one with `exactly transactions abort`."""
     with _admin(bootstrap, command_config) as admin:
         if partition is None:
-            described = _call(f"describe topic {topic!r}", lambda: admin.describe_topics([topic]))
+            described = admin_call(f"describe topic {topic!r}",
+                                   lambda: admin.describe_topics([topic]))
             partitions = [(topic, p.partition) for p in described[topic].partitions]
         else:
             partitions = [(topic, partition)]
-        producers = _call("describe producers", lambda: admin.describe_producers(partitions))
+        producers = admin_call("describe producers", lambda: admin.describe_producers(partitions))
         now = int(time.time() * 1000)
         rows = []
         for tp in sorted(producers):
@@ -165,16 +152,24 @@ def _coordinator_start(admin: Any, producer_id: int, tp: tuple[str, int]) -> int
     it (-1 if it has none); None if no coordinator has that producer's transaction open there."""
     from exactly.client import KafkaError
 
-    listing = _call(f"list transactions of producer {producer_id}",
-                    lambda: admin.list_transactions(producer_ids=[producer_id]))
+    listing = admin_call(f"list transactions of producer {producer_id}",
+                         lambda: admin.list_transactions(producer_ids=[producer_id]))
     for t in listing:
         try:
-            d = admin.describe_transactions([t.transactional_id])[t.transactional_id]
+            txn = admin.describe_transactions([t.transactional_id])[t.transactional_id]
         except KafkaError:
             continue  # gone meanwhile
-        if d.state in _OPEN_STATES and tp in d.partitions:
-            return d.start_time_ms
+        if _is_open(txn.state) and tp in txn.partitions:
+            return txn.start_time_ms
     return None
+
+
+def _is_open(state_name: str) -> bool:
+    """Whether a transaction in this state (Kafka's name for it) still holds its partitions."""
+    from exactly.txn.state import TxnState
+
+    state = TxnState.from_display_name(state_name)
+    return state is not None and state.is_open
 
 
 @transactions.command()
@@ -200,20 +195,20 @@ def abort(bootstrap: str, command_config: str | None, topic: str, partition: int
                                "or --start-offset")
     with _admin(bootstrap, command_config) as admin:
         if start_offset is not None:
-            producers = _call("describe producers",
-                              lambda: admin.describe_producers([(topic, partition)]))
+            producers = admin_call("describe producers",
+                                   lambda: admin.describe_producers([(topic, partition)]))
             found = [p for p in producers[(topic, partition)]
                      if p.current_txn_start_offset == start_offset]
             if not found:
                 fail(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
-            p = found[0]
+            producer = found[0]
             producer_id, producer_epoch, coordinator_epoch = (
-                p.producer_id, p.producer_epoch, p.coordinator_epoch)
+                producer.producer_id, producer.producer_epoch, producer.coordinator_epoch)
         assert producer_id is not None and producer_epoch is not None
         assert coordinator_epoch is not None
-        _call(f"abort transaction of producer {producer_id} on {topic}-{partition}",
-              lambda: admin.abort_transaction(topic, partition, producer_id, producer_epoch,
-                                              coordinator_epoch))
+        admin_call(f"abort transaction of producer {producer_id} on {topic}-{partition}",
+                   lambda: admin.abort_transaction(topic, partition, producer_id, producer_epoch,
+                                                   coordinator_epoch))
     click.echo(f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch}) "
                f"on {topic}-{partition}.")
 
@@ -227,6 +222,6 @@ def force_terminate(bootstrap: str, command_config: str | None, transactional_id
     """Abort a transactional id's open transaction, a prepared two-phase-commit one included
     (KIP-939), and fence its producer. The application must initialize again."""
     with _admin(bootstrap, command_config) as admin:
-        _call(f"force terminate {transactional_id!r}",
-              lambda: admin.force_terminate_transaction(transactional_id))
+        admin_call(f"force terminate {transactional_id!r}",
+                   lambda: admin.force_terminate_transaction(transactional_id))
     click.echo(f"Terminated the transaction of {transactional_id!r}.")

@@ -4,15 +4,12 @@ here (PBKDF2-HMAC with a random salt); only the salted password reaches the brok
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
-
 import click
 
 from exactly.cli.common import (
+    admin_call,
     bootstrap_option,
     command_config_option,
-    fail,
     open_admin,
     print_table,
 )
@@ -22,23 +19,11 @@ from exactly.client.admin import (
     UserScramCredentialUpsertion,
 )
 
-T = TypeVar("T")
 MECHANISMS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 mechanism_option = click.option(
     "--mechanism", type=click.Choice(MECHANISMS, case_sensitive=False), required=True,
     help="The SCRAM mechanism of the credential.")
-
-
-def _call(what: str, fn: Callable[[], T]) -> T:
-    from exactly.client import KafkaError
-
-    try:
-        return fn()
-    except KafkaError as exc:
-        fail(f"{what}: {exc}")
-    except (OSError, TimeoutError) as exc:
-        fail(f"{what}: cannot reach the broker: {exc}")
 
 
 @click.group()
@@ -62,8 +47,8 @@ def add_scram(bootstrap: str, command_config: str | None, user: str, mechanism: 
         raise click.BadParameter("must not be empty", param_hint="--password")
     upsert = UserScramCredentialUpsertion(user, ScramMechanism.parse(mechanism), password, iterations)
     with open_admin(bootstrap, command_config, "exactly-users") as admin:
-        _call(f"add {mechanism} credential of {user!r}",
-              lambda: admin.alter_user_scram_credentials([upsert]))
+        admin_call(f"add {mechanism} credential of {user!r}",
+                   lambda: admin.alter_user_scram_credentials([upsert]))
     click.echo(f"Set the {mechanism.upper()} credential of user {user!r} ({iterations} iterations).")
 
 
@@ -76,8 +61,8 @@ def remove_scram(bootstrap: str, command_config: str | None, user: str, mechanis
     """Remove a user's SCRAM credential for one mechanism."""
     deletion = UserScramCredentialDeletion(user, ScramMechanism.parse(mechanism))
     with open_admin(bootstrap, command_config, "exactly-users") as admin:
-        _call(f"remove {mechanism} credential of {user!r}",
-              lambda: admin.alter_user_scram_credentials([deletion]))
+        admin_call(f"remove {mechanism} credential of {user!r}",
+                   lambda: admin.alter_user_scram_credentials([deletion]))
     click.echo(f"Removed the {mechanism.upper()} credential of user {user!r}.")
 
 
@@ -88,8 +73,8 @@ def remove_scram(bootstrap: str, command_config: str | None, user: str, mechanis
 def describe(bootstrap: str, command_config: str | None, names: tuple[str, ...]) -> None:
     """List users' SCRAM mechanisms and iteration counts."""
     with open_admin(bootstrap, command_config, "exactly-users") as admin:
-        found = _call("describe SCRAM credentials",
-                      lambda: admin.describe_user_scram_credentials(list(names) or None))
+        found = admin_call("describe SCRAM credentials",
+                           lambda: admin.describe_user_scram_credentials(list(names) or None))
     print_table(("User", "Mechanism", "Iterations"),
                 sorted((u, c.mechanism.mechanism_name, c.iterations)
                        for u, creds in found.items() for c in creds))

@@ -25,6 +25,7 @@ from exactly.client.errors import KafkaError, UnsupportedVersionError
 from exactly.protocol.acls import AclOperation, AclPermissionType, PatternType, ResourceType
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
+from exactly.protocol.structs import TopicPartition
 
 _TOPIC_RESOURCE = 2
 _SET, _DELETE = 0, 1
@@ -32,8 +33,6 @@ _CONFIG_SOURCES = {1: "TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DE
                    4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
 _COORDINATOR_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
                       ErrorCode.coordinator_load_in_progress}
-
-TopicPartition = tuple[str, int]
 
 
 class ScramMechanism(enum.IntEnum):
@@ -228,10 +227,10 @@ def _ms(value: datetime.timedelta | datetime.datetime | int) -> int:
     return int(value)
 
 
-_E = TypeVar("_E", bound=enum.IntEnum)
+_IntEnumT = TypeVar("_IntEnumT", bound=enum.IntEnum)
 
 
-def _enum(kind: type[_E], value: int) -> _E:
+def _enum(kind: type[_IntEnumT], value: int) -> _IntEnumT:
     """A wire value as the enum, UNKNOWN for a value this client does not know."""
     try:
         return kind(value)
@@ -244,7 +243,7 @@ def _acl_text(a: AclBinding) -> str:
             f"{a.resource_type.name}:{a.pattern_type.name}:{a.resource_name}")
 
 
-def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for topic, partition in partitions:
         out.setdefault(topic, []).append(partition)
@@ -279,10 +278,10 @@ class AsyncAdmin:
 
     async def create_topics(self, topics: Iterable[NewTopic], *, validate_only: bool = False) -> None:
         conn = await self._controller()
-        m = request_module(conn, ApiKey.CREATE_TOPICS)
-        wanted = tuple(build(m.CreatableTopic, name=t.name, num_partitions=t.num_partitions,
+        module = request_module(conn, ApiKey.CREATE_TOPICS)
+        wanted = tuple(build(module.CreatableTopic, name=t.name, num_partitions=t.num_partitions,
                              replication_factor=t.replication_factor, assignments=(),
-                             configs=tuple(build(m.CreatableTopicConfig, name=k, value=str(v))
+                             configs=tuple(build(module.CreatableTopicConfig, name=k, value=str(v))
                                            for k, v in t.config.items()))
                        for t in topics)
         response = await conn.send(make_request(conn, ApiKey.CREATE_TOPICS, topics=wanted,
@@ -303,8 +302,8 @@ class AsyncAdmin:
                                 validate_only: bool = False) -> None:
         """Grow each topic to the given total partition count."""
         conn = await self._controller()
-        m = request_module(conn, ApiKey.CREATE_PARTITIONS)
-        wanted = tuple(build(m.CreatePartitionsTopic, name=name, count=count, assignments=None)
+        module = request_module(conn, ApiKey.CREATE_PARTITIONS)
+        wanted = tuple(build(module.CreatePartitionsTopic, name=name, count=count, assignments=None)
                        for name, count in new_totals.items())
         response = await conn.send(make_request(conn, ApiKey.CREATE_PARTITIONS, topics=wanted,
                                                 timeout=self._timeout, validate_only=validate_only))
@@ -314,9 +313,9 @@ class AsyncAdmin:
 
     async def _metadata(self, topics: list[str] | None) -> Any:
         conn = await self.cluster.any_connection()
-        m = request_module(conn, ApiKey.METADATA)
-        wanted = None if topics is None else tuple(build(m.MetadataRequestTopic, name=t, topic_id=None)
-                                                   for t in topics)
+        module = request_module(conn, ApiKey.METADATA)
+        wanted = None if topics is None else tuple(
+            build(module.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
         return await conn.send(make_request(
             conn, ApiKey.METADATA, topics=wanted, allow_auto_topic_creation=False,
             include_topic_authorized_operations=False, include_cluster_authorized_operations=False))
@@ -342,8 +341,8 @@ class AsyncAdmin:
 
     async def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
         conn = await self.cluster.any_connection()
-        m = request_module(conn, ApiKey.DESCRIBE_CONFIGS)
-        resource = build(m.DescribeConfigsResource, resource_type=_TOPIC_RESOURCE,
+        module = request_module(conn, ApiKey.DESCRIBE_CONFIGS)
+        resource = build(module.DescribeConfigsResource, resource_type=_TOPIC_RESOURCE,
                          resource_name=topic, configuration_keys=None)
         response = await conn.send(make_request(conn, ApiKey.DESCRIBE_CONFIGS, resources=(resource,),
                                                 include_synonyms=False, include_documentation=False))
@@ -359,12 +358,13 @@ class AsyncAdmin:
                                   delete: Iterable[str] = (), validate_only: bool = False) -> None:
         """IncrementalAlterConfigs: set some keys, return others to their defaults."""
         conn = await self.cluster.any_connection()
-        m = request_module(conn, ApiKey.INCREMENTAL_ALTER_CONFIGS)
-        changes = [build(m.AlterableConfig, name=k, config_operation=_SET, value=str(v))
+        module = request_module(conn, ApiKey.INCREMENTAL_ALTER_CONFIGS)
+        changes = [build(module.AlterableConfig, name=k, config_operation=_SET, value=str(v))
                    for k, v in (set or {}).items()]
-        changes += [build(m.AlterableConfig, name=k, config_operation=_DELETE, value=None) for k in delete]
-        resource = build(m.AlterConfigsResource, resource_type=_TOPIC_RESOURCE, resource_name=topic,
-                         configs=tuple(changes))
+        changes += [build(module.AlterableConfig, name=k, config_operation=_DELETE, value=None)
+                    for k in delete]
+        resource = build(module.AlterConfigsResource, resource_type=_TOPIC_RESOURCE,
+                         resource_name=topic, configs=tuple(changes))
         response = await conn.send(make_request(conn, ApiKey.INCREMENTAL_ALTER_CONFIGS,
                                                 resources=(resource,), validate_only=validate_only))
         (result,) = response.responses
@@ -440,7 +440,8 @@ class AsyncAdmin:
                         out[s.transactional_id] = TransactionDescription(
                             s.transaction_state, s.producer_id, s.producer_epoch,
                             _ms(s.transaction_timeout), _ms(s.transaction_start_time),
-                            sorted((t.topic, p) for t in s.topics for p in t.partitions))
+                            sorted(TopicPartition(t.topic, p)
+                                   for t in s.topics for p in t.partitions))
             if not moved:
                 break
             ids = moved
@@ -448,7 +449,7 @@ class AsyncAdmin:
         _raise_failures(failures)
         return out
 
-    async def _by_leader(self, partitions: Iterable[TopicPartition], what: str
+    async def _by_leader(self, partitions: Iterable[tuple[str, int]], what: str
                          ) -> tuple[list[tuple[BrokerConnection, dict[str, list[int]]]],
                                     dict[TopicPartition, KafkaError]]:
         """Partitions grouped by leader (from fresh metadata that never creates a topic), and
@@ -462,7 +463,7 @@ class AsyncAdmin:
             leader = -1 if info is None or info.error else info.partitions.get(partition, -1)
             if leader >= 0:
                 conn = await self.cluster.connection(leader)
-                groups.setdefault(leader, (conn, []))[1].append((topic, partition))
+                groups.setdefault(leader, (conn, []))[1].append(TopicPartition(topic, partition))
                 continue
             if info is not None and info.error:
                 code = int(info.error)
@@ -470,22 +471,23 @@ class AsyncAdmin:
                 code = ErrorCode.leader_not_available
             else:
                 code = ErrorCode.unknown_topic_or_partition
-            failures[(topic, partition)] = KafkaError(
+            failures[TopicPartition(topic, partition)] = KafkaError(
                 f"{what} {topic}-{partition}: {error_name(code)}", code)
         return [(conn, _by_topic(tps)) for conn, tps in groups.values()], failures
 
-    async def describe_producers(self, partitions: Iterable[TopicPartition]
+    async def describe_producers(self, partitions: Iterable[tuple[str, int]]
                                  ) -> dict[TopicPartition, list[ProducerState]]:
         """The active producers of each partition, as its leader's log knows them."""
         out: dict[TopicPartition, list[ProducerState]] = {}
         leaders, failures = await self._by_leader(partitions, "describe producers of")
         for conn, topics in leaders:
-            m = request_module(conn, ApiKey.DESCRIBE_PRODUCERS)
+            module = request_module(conn, ApiKey.DESCRIBE_PRODUCERS)
             response = await conn.send(make_request(conn, ApiKey.DESCRIBE_PRODUCERS, topics=tuple(
-                build(m.TopicRequest, name=t, partition_indexes=tuple(ps)) for t, ps in topics.items())))
+                build(module.TopicRequest, name=t, partition_indexes=tuple(ps))
+                for t, ps in topics.items())))
             for t in response.topics:
                 for p in t.partitions:
-                    tp = (t.name, p.partition_index)
+                    tp = TopicPartition(t.name, p.partition_index)
                     if (e := _item_error(f"describe producers of {t.name}-{p.partition_index}",
                                          p.error_code, p.error_message)) is not None:
                         failures[tp] = e
@@ -506,13 +508,14 @@ class AsyncAdmin:
         leaders, failures = await self._by_leader([(topic, partition)], what)
         _raise_failures(failures)
         ((conn, _),) = leaders
-        m = request_module(conn, ApiKey.WRITE_TXN_MARKERS)
-        marker = build(m.WritableTxnMarker, producer_id=producer_id, producer_epoch=producer_epoch,
-                       transaction_result=False, coordinator_epoch=coordinator_epoch,
-                       topics=(build(m.WritableTxnMarkerTopic, name=topic,
+        module = request_module(conn, ApiKey.WRITE_TXN_MARKERS)
+        marker = build(module.WritableTxnMarker, producer_id=producer_id,
+                       producer_epoch=producer_epoch, transaction_result=False,
+                       coordinator_epoch=coordinator_epoch,
+                       topics=(build(module.WritableTxnMarkerTopic, name=topic,
                                      partition_indexes=(partition,)),))
         response = await conn.send(make_request(conn, ApiKey.WRITE_TXN_MARKERS, markers=(marker,)))
-        failures = {(t.name, p.partition_index): e
+        failures = {TopicPartition(t.name, p.partition_index): e
                     for r in response.markers for t in r.topics for p in t.partitions
                     if (e := _item_error(f"{what} {t.name}-{p.partition_index}", p.error_code))}
         _raise_failures(failures)
@@ -557,9 +560,9 @@ class AsyncAdmin:
     async def create_acls(self, acls: Iterable[AclBinding]) -> None:
         acls = list(acls)
         conn = await self.cluster.any_connection()
-        m = request_module(conn, ApiKey.CREATE_ACLS)
+        module = request_module(conn, ApiKey.CREATE_ACLS)
         response = await conn.send(make_request(conn, ApiKey.CREATE_ACLS, creations=tuple(
-            build(m.AclCreation, resource_type=a.resource_type, resource_name=a.resource_name,
+            build(module.AclCreation, resource_type=a.resource_type, resource_name=a.resource_name,
                   resource_pattern_type=a.pattern_type, principal=a.principal, host=a.host,
                   operation=a.operation, permission_type=a.permission_type) for a in acls)))
         _raise_failures({a: e for a, r in zip(acls, response.results, strict=False)
@@ -567,13 +570,13 @@ class AsyncAdmin:
                                               r.error_message))})
 
     async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
-        f = acl_filter or AclBindingFilter()
+        wanted = acl_filter or AclBindingFilter()
         conn = await self.cluster.any_connection()
         response = await conn.send(make_request(
-            conn, ApiKey.DESCRIBE_ACLS, resource_type_filter=f.resource_type,
-            resource_name_filter=f.resource_name, pattern_type_filter=f.pattern_type,
-            principal_filter=f.principal, host_filter=f.host, operation=f.operation,
-            permission_type=f.permission_type))
+            conn, ApiKey.DESCRIBE_ACLS, resource_type_filter=wanted.resource_type,
+            resource_name_filter=wanted.resource_name, pattern_type_filter=wanted.pattern_type,
+            principal_filter=wanted.principal, host_filter=wanted.host, operation=wanted.operation,
+            permission_type=wanted.permission_type))
         if (e := _item_error("describe ACLs", response.error_code, response.error_message)):
             raise e
         return [AclBinding(_enum(ResourceType, r.resource_type), r.resource_name,
@@ -586,9 +589,9 @@ class AsyncAdmin:
         """Delete every ACL that matches one of the filters; returns the ACLs deleted."""
         filters = list(filters)
         conn = await self.cluster.any_connection()
-        m = request_module(conn, ApiKey.DELETE_ACLS)
+        module = request_module(conn, ApiKey.DELETE_ACLS)
         response = await conn.send(make_request(conn, ApiKey.DELETE_ACLS, filters=tuple(
-            build(m.DeleteAclsFilter, resource_type_filter=f.resource_type,
+            build(module.DeleteAclsFilter, resource_type_filter=f.resource_type,
                   resource_name_filter=f.resource_name, pattern_type_filter=f.pattern_type,
                   principal_filter=f.principal, host_filter=f.host, operation=f.operation,
                   permission_type=f.permission_type) for f in filters)))
@@ -616,8 +619,8 @@ class AsyncAdmin:
         """Each user's SCRAM mechanisms and iteration counts (never the credentials); every
         user that has one when `users` is None."""
         conn = await self.cluster.any_connection()
-        m = request_module(conn, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
-        wanted = None if users is None else tuple(build(m.UserName, name=u) for u in users)
+        module = request_module(conn, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+        wanted = None if users is None else tuple(build(module.UserName, name=u) for u in users)
         response = await conn.send(make_request(conn, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
                                                 users=wanted))
         if (e := _item_error("describe SCRAM credentials", response.error_code,
@@ -639,16 +642,17 @@ class AsyncAdmin:
             self, alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion]
     ) -> None:
         conn = await self.cluster.any_connection()
-        m = request_module(conn, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+        module = request_module(conn, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
         upsertions, deletions = [], []
         for a in alterations:
             mechanism = ScramMechanism.parse(a.mechanism)
             if isinstance(a, UserScramCredentialDeletion):
-                deletions.append(build(m.ScramCredentialDeletion, name=a.user, mechanism=mechanism))
+                deletions.append(build(module.ScramCredentialDeletion, name=a.user,
+                                       mechanism=mechanism))
                 continue
             salt = a.salt if a.salt is not None else os.urandom(32)
-            upsertions.append(build(m.ScramCredentialUpsertion, name=a.user, mechanism=mechanism,
-                                    iterations=a.iterations, salt=salt,
+            upsertions.append(build(module.ScramCredentialUpsertion, name=a.user,
+                                    mechanism=mechanism, iterations=a.iterations, salt=salt,
                                     salted_password=a.salted_password(salt)))
         response = await conn.send(make_request(conn, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
                                                 deletions=tuple(deletions),
@@ -712,7 +716,7 @@ class Admin:
     def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
         return self._loop.run(self._admin.describe_transactions(list(transactional_ids)))
 
-    def describe_producers(self, partitions: Iterable[TopicPartition]
+    def describe_producers(self, partitions: Iterable[tuple[str, int]]
                            ) -> dict[TopicPartition, list[ProducerState]]:
         return self._loop.run(self._admin.describe_producers(list(partitions)))
 

@@ -10,14 +10,13 @@ A reader takes the fields it knows and ignores the rest, as Kafka's own parser d
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exactly.protocol.primitives import Reader, Writer
+
 PROTOCOL_TYPE = "consumer"
 STRATEGIES = ("range", "roundrobin")
-
-_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 
 
 class ProtocolError(ValueError):
@@ -38,101 +37,58 @@ class Assignment:
     user_data: bytes | None = None
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise ProtocolError("consumer protocol bytes end early")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def string(self) -> str | None:
-        n = self.i16()
-        return None if n < 0 else self._take(n).decode("utf-8")
-
-    def bytes_(self) -> bytes | None:
-        n = self.i32()
-        return None if n < 0 else self._take(n)
-
-    def topic_partitions(self) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for _ in range(max(self.i32(), 0)):
-            topic = self.string() or ""
-            out[topic] = [self.i32() for _ in range(max(self.i32(), 0))]
-        return out
-
-    @property
-    def at_end(self) -> bool:
-        return self.pos >= len(self.data)
+def _read_topic_partitions(reader: Reader) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for _ in range(max(reader.i32(), 0)):
+        topic = reader.string() or ""
+        out[topic] = [reader.i32() for _ in range(max(reader.i32(), 0))]
+    return out
 
 
-def _string(out: bytearray, text: str) -> None:
-    raw = text.encode("utf-8")
-    out += _I16.pack(len(raw)) + raw
-
-
-def _bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        out += _I32.pack(-1)
-    else:
-        out += _I32.pack(len(data)) + data
-
-
-def _topic_partitions(out: bytearray, parts: Mapping[str, list[int]]) -> None:
-    out += _I32.pack(len(parts))
+def _write_topic_partitions(writer: Writer, parts: Mapping[str, list[int]]) -> None:
+    writer.i32(len(parts))
     for topic in sorted(parts):
-        _string(out, topic)
-        out += _I32.pack(len(parts[topic]))
+        writer.string(topic).i32(len(parts[topic]))
         for p in sorted(parts[topic]):
-            out += _I32.pack(p)
+            writer.i32(p)
 
 
 def encode_subscription(sub: Subscription) -> bytes:
     """Version 1: topics, user data and the partitions owned before this rebalance."""
-    out = bytearray(_I16.pack(1))
-    out += _I32.pack(len(sub.topics))
+    writer = Writer().i16(1).i32(len(sub.topics))
     for topic in sorted(sub.topics):
-        _string(out, topic)
-    _bytes(out, sub.user_data)
-    _topic_partitions(out, sub.owned_partitions)
-    return bytes(out)
+        writer.string(topic)
+    writer.bytes_(sub.user_data)
+    _write_topic_partitions(writer, sub.owned_partitions)
+    return bytes(writer.out)
 
 
 def decode_subscription(data: bytes) -> Subscription:
-    r = _Reader(data)
-    version = r.i16()
+    reader = Reader(data, error=ProtocolError)
+    version = reader.i16()
     if version < 0:
         raise ProtocolError(f"bad subscription version {version}")
-    topics = [r.string() or "" for _ in range(max(r.i32(), 0))]
-    user_data = r.bytes_() if not r.at_end else None
-    owned = r.topic_partitions() if version >= 1 and not r.at_end else {}
+    topics = [reader.string() or "" for _ in range(max(reader.i32(), 0))]
+    user_data = reader.bytes_() if not reader.at_end else None
+    owned = _read_topic_partitions(reader) if version >= 1 and not reader.at_end else {}
     return Subscription(topics, user_data, owned)
 
 
 def encode_assignment(assignment: Assignment) -> bytes:
-    out = bytearray(_I16.pack(0))
-    _topic_partitions(out, assignment.partitions)
-    _bytes(out, assignment.user_data)
-    return bytes(out)
+    writer = Writer().i16(0)
+    _write_topic_partitions(writer, assignment.partitions)
+    writer.bytes_(assignment.user_data)
+    return bytes(writer.out)
 
 
 def decode_assignment(data: bytes) -> Assignment:
     if not data:
         return Assignment({})  # a member the leader gave nothing
-    r = _Reader(data)
-    if r.i16() < 0:
+    reader = Reader(data, error=ProtocolError)
+    if reader.i16() < 0:
         raise ProtocolError("bad assignment version")
-    partitions = r.topic_partitions()
-    user_data = r.bytes_() if not r.at_end else None
+    partitions = _read_topic_partitions(reader)
+    user_data = reader.bytes_() if not reader.at_end else None
     return Assignment(partitions, user_data)
 
 

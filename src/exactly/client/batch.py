@@ -22,6 +22,7 @@ from typing import Any
 
 import crc32c
 
+from exactly.protocol.primitives import varint_bytes
 from exactly.protocol.records import (
     ATTR_TRANSACTIONAL,
     COMPRESSION_NAMES,
@@ -39,26 +40,16 @@ CODECS = {name: codec for codec, name in COMPRESSION_NAMES.items()}
 RECORD_OVERHEAD_MAX = 21  # attributes, varints of ts/offset deltas and lengths, header count
 
 
-def _varint(value: int) -> bytes:
-    """A zigzag varint, as record fields use."""
-    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
 _TABLE_SIZE = 1 << 15
-_VARINTS: list[bytes] = [_varint(n) for n in range(_TABLE_SIZE)]  # n >= 0 only
+_VARINTS: list[bytes] = [varint_bytes(n) for n in range(_TABLE_SIZE)]  # n >= 0 only
 _ATTR_TS: list[bytes] = [b"\x00" + v for v in _VARINTS]  # record attributes byte + ts delta
-_NULL = _varint(-1)  # b"\x01": a null key or value
+_NULL = varint_bytes(-1)  # b"\x01": a null key or value
 _NO_HEADERS = b"\x00"
 
 
 def varint(value: int) -> bytes:
-    return _VARINTS[value] if 0 <= value < _TABLE_SIZE else _varint(value)
+    """A zigzag varint, as record fields use: from the table when small."""
+    return _VARINTS[value] if 0 <= value < _TABLE_SIZE else varint_bytes(value)
 
 
 def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
@@ -126,21 +117,21 @@ class ProducerBatch:
         """Encode a record into the batch; its index, or -1 when it would overfill the batch."""
         count = self.count
         delta = timestamp - self.base_ts
-        ts = _ATTR_TS[delta] if 0 <= delta < _TABLE_SIZE else b"\x00" + _varint(delta)
-        off = _VARINTS[count] if count < _TABLE_SIZE else _varint(count)
+        ts = _ATTR_TS[delta] if 0 <= delta < _TABLE_SIZE else b"\x00" + varint_bytes(delta)
+        off = _VARINTS[count] if count < _TABLE_SIZE else varint_bytes(count)
         if key is None:
             klen, key, kn = _NULL, b"", 0
         else:
             kn = len(key)
-            klen = _VARINTS[kn] if kn < _TABLE_SIZE else _varint(kn)
+            klen = _VARINTS[kn] if kn < _TABLE_SIZE else varint_bytes(kn)
         if value is None:
             vlen, value, vn = _NULL, b"", 0
         else:
             vn = len(value)
-            vlen = _VARINTS[vn] if vn < _TABLE_SIZE else _varint(vn)
+            vlen = _VARINTS[vn] if vn < _TABLE_SIZE else varint_bytes(vn)
         hdr = encode_headers(headers) if headers else _NO_HEADERS
         body = len(ts) + len(off) + len(klen) + kn + len(vlen) + vn + len(hdr)
-        blen = _VARINTS[body] if body < _TABLE_SIZE else _varint(body)
+        blen = _VARINTS[body] if body < _TABLE_SIZE else varint_bytes(body)
         total = body + len(blen)
         if count and self.size + total > self.limit:
             return -1

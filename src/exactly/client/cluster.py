@@ -103,9 +103,14 @@ class Cluster:
             raise refused
         raise KafkaConnectionError(f"no bootstrap server reachable: {'; '.join(errors)}")
 
-    async def connection(self, node_id: int) -> BrokerConnection:
+    def live_connection(self, node_id: int) -> BrokerConnection | None:
+        """The open connection to broker `node_id`, if there is one (no I/O, no lock)."""
         conn = self._connections.get(node_id)
-        if conn is not None and not conn.closed:
+        return conn if conn is not None and not conn.closed else None
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        conn = self.live_connection(node_id)
+        if conn is not None:
             return conn
         if node_id not in self.metadata.brokers:
             await self.refresh()

@@ -28,10 +28,10 @@ from exactly.client.fetcher import (
     Fetcher,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
-    TopicPartition,
 )
 from exactly.client.group import CommitFailedError, GroupCoordinatorClient, GroupMembership
 from exactly.client.session import ConsumerGroupMetadata
+from exactly.protocol.structs import TopicPartition
 
 __all__ = ["AsyncConsumer", "CommitFailedError", "Consumer", "ConsumerGroupMetadata",
            "ConsumerRecord", "NoOffsetForPartitionError", "OffsetOutOfRangeError",

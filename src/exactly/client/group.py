@@ -33,9 +33,9 @@ from exactly.client.cluster import COORDINATOR_GROUP, Cluster, make_request, req
 from exactly.client.config import ClientConfig
 from exactly.client.connection import BrokerConnection
 from exactly.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
-from exactly.client.fetcher import TopicPartition
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
+from exactly.protocol.structs import TopicPartition
 
 log = logging.getLogger("exactly.client")
 

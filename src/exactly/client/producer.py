@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import threading
 import time
@@ -49,7 +48,15 @@ from exactly.client.errors import (
     KafkaError,
 )
 from exactly.client.partitioner import DefaultPartitioner
+from exactly.client.prepared import PreparedTxnState
 from exactly.client.sender import Sender
+from exactly.client.session import (
+    AsyncTransactionSession,
+    ConsumerGroupMetadata,
+    Offsets,
+    TransactionSession,
+)
+from exactly.client.session_state import State
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.records import HEADER_SIZE
 
@@ -77,24 +84,20 @@ def _as_headers(headers: Headers | None) -> list[tuple[str, bytes | None]] | Non
     return [(str(k), _as_bytes(v, "header value")) for k, v in items]
 
 
-async def _maybe_await(result: Any) -> Any:
-    return await result if inspect.isawaitable(result) else result
-
-
 class AsyncProducer:
     """The asyncio producer. `Producer(config, session=None)` semantics; see the module doc."""
 
-    def __init__(self, config: ClientConfig | Mapping[str, Any], session: Any = None) -> None:
+    def __init__(self, config: ClientConfig | Mapping[str, Any],
+                 session: AsyncTransactionSession | TransactionSession | None = None) -> None:
         self.config = as_config(config)
         cfg = self.config
-        self._session: Any = session
+        if isinstance(session, TransactionSession):
+            session = session.aio  # a blocking TransactionSession: use its core
+        self._session = session
         self._owns_session = False
         if session is None and cfg["transactional.id"]:
-            from exactly.client.session import AsyncTransactionSession
             self._session = AsyncTransactionSession(cfg)
             self._owns_session = True
-        if self._session is not None and hasattr(self._session, "aio"):
-            self._session = self._session.aio  # a blocking TransactionSession: use its core
         self._acks: int = cfg["acks"]
         if self._session is not None and self._acks != -1:
             raise ConfigError("a transactional producer needs acks=all")
@@ -113,14 +116,18 @@ class AsyncProducer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = -1
         self._wake_event = asyncio.Event()
-        self._space = asyncio.Event()
+        self._space_freed = asyncio.Event()
         self._yield = False
         self._acc = RecordAccumulator(
             batch_size=cfg["batch.size"], linger_ms=cfg["linger.ms"],
             codec=CODECS[cfg["compression.type"]], buffer_memory=self._buffer_memory,
             wake=self._wake, clock=time.monotonic)
         self._acc.transactional = self._session is not None
-        self._sender = Sender(self, self._acc, self._cluster)
+        self._sender = Sender(
+            self._cluster, accumulator=self._acc, config=cfg, session=self._session,
+            idempotent=self._idempotent, partition_counts=self._partitions,
+            bootstrap_lock=self._bootstrap_lock, wake_event=self._wake_event, wake=self._wake,
+            space_freed=self._space_freed, on_fatal=self._stop_sending)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         if self._session is not None:
@@ -211,7 +218,7 @@ class AsyncProducer:
         if self._refuse is not None:
             raise self._refuse
         session = self._session
-        if session is not None and str(session.state) != "IN_TRANSACTION":
+        if session is not None and session.state is not State.IN_TRANSACTION:
             raise IllegalStateError(f"send() needs an open transaction, the session of "
                                     f"{session.transactional_id!r} is {session.state}: "
                                     "call begin_transaction() first")
@@ -284,9 +291,13 @@ class AsyncProducer:
     async def wait_for_space(self) -> None:
         """Wait until the buffered batches are below buffer.memory."""
         while self._acc.buffered >= self._buffer_memory and not self._closed:
-            self._space.clear()
+            self._space_freed.clear()
             self._wake()
-            await self._space.wait()
+            await self._space_freed.wait()
+
+    def _stop_sending(self, error: KafkaError) -> None:
+        """The sender met an error no retry can clear: send() raises it from now on."""
+        self._refuse = error
 
     def _wake(self) -> None:
         """Tell the sender to look at the queues (callable from any thread)."""
@@ -301,11 +312,11 @@ class AsyncProducer:
     # -- transactions -------------------------------------------------------------------------
 
     @property
-    def transaction_session(self) -> Any:
+    def transaction_session(self) -> AsyncTransactionSession | None:
         """The session this producer writes under (its own or the one given); None if none."""
         return self._session
 
-    def _own(self, call: str) -> Any:
+    def _own(self, call: str) -> AsyncTransactionSession:
         if self._session is None:
             raise IllegalStateError(f"{call}() needs a transactional producer: set "
                                     "transactional.id, or give the producer a TransactionSession")
@@ -320,12 +331,12 @@ class AsyncProducer:
         await self._own("init_transactions").initialize(keep_prepared_txn=keep_prepared_txn)
 
     async def begin_transaction(self) -> None:
-        await _maybe_await(self._own("begin_transaction").begin_transaction())
+        await self._own("begin_transaction").begin_transaction()
 
-    async def prepare_transaction(self) -> Any:
+    async def prepare_transaction(self) -> PreparedTxnState:
         return await self._own("prepare_transaction").prepare_transaction()
 
-    async def complete_transaction(self, state: Any) -> None:
+    async def complete_transaction(self, state: PreparedTxnState) -> None:
         await self._own("complete_transaction").complete_transaction(state)
 
     async def commit_transaction(self) -> None:
@@ -334,7 +345,9 @@ class AsyncProducer:
     async def abort_transaction(self) -> None:
         await self._own("abort_transaction").abort_transaction()
 
-    async def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any) -> None:
+    async def send_offsets_to_transaction(self, offsets: Offsets,
+                                          group_metadata: ConsumerGroupMetadata | str | Any
+                                          ) -> None:
         await self._own("send_offsets_to_transaction").send_offsets_to_transaction(
             offsets, group_metadata)
 
@@ -344,13 +357,16 @@ class Producer:
     `send` appends from the calling thread (no loop round trip) and returns a future with the
     concurrent.futures.Future interface (`result(timeout)`, `add_done_callback`, ...)."""
 
-    def __init__(self, config: ClientConfig | Mapping[str, Any], session: Any = None) -> None:
+    def __init__(self, config: ClientConfig | Mapping[str, Any],
+                 session: TransactionSession | AsyncTransactionSession | None = None) -> None:
         self._loop = LoopThread.shared()
         self._external = session
         self.aio: AsyncProducer = self._run(self._create(config, session))
 
     @staticmethod
-    async def _create(config: ClientConfig | Mapping[str, Any], session: Any) -> AsyncProducer:
+    async def _create(config: ClientConfig | Mapping[str, Any],
+                      session: TransactionSession | AsyncTransactionSession | None
+                      ) -> AsyncProducer:
         producer = AsyncProducer(config, session)
         await producer.start()
         return producer
@@ -390,13 +406,13 @@ class Producer:
         self.close()
 
     @property
-    def transaction_session(self) -> Any:
-        """The blocking TransactionSession this producer writes under; None if none."""
+    def transaction_session(self) -> TransactionSession | AsyncTransactionSession | None:
+        """The session this producer writes under: the one it was given, else a blocking
+        TransactionSession over its own; None if none."""
         if self._external is not None:
             return self._external
         if self.aio.transaction_session is None:
             return None
-        from exactly.client.session import TransactionSession
         return TransactionSession(self.aio.config, _session=self.aio.transaction_session)
 
     def init_transactions(self, keep_prepared_txn: bool = False) -> None:
@@ -405,10 +421,10 @@ class Producer:
     def begin_transaction(self) -> None:
         self._run(self.aio.begin_transaction())
 
-    def prepare_transaction(self) -> Any:
+    def prepare_transaction(self) -> PreparedTxnState:
         return self._run(self.aio.prepare_transaction())
 
-    def complete_transaction(self, state: Any) -> None:
+    def complete_transaction(self, state: PreparedTxnState) -> None:
         self._run(self.aio.complete_transaction(state))
 
     def commit_transaction(self) -> None:
@@ -417,5 +433,6 @@ class Producer:
     def abort_transaction(self) -> None:
         self._run(self.aio.abort_transaction())
 
-    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any) -> None:
+    def send_offsets_to_transaction(self, offsets: Offsets,
+                                    group_metadata: ConsumerGroupMetadata | str | Any) -> None:
         self._run(self.aio.send_offsets_to_transaction(offsets, group_metadata))

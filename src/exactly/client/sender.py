@@ -1,5 +1,10 @@
 """The producer's sender: ships ready batches to partition leaders, in sequence order, and
-handles the answers (retries, duplicates, fencing); one task on the event loop."""
+handles the answers (retries, duplicates, fencing); one task on the event loop.
+
+Like aiokafka's `Sender(client, *, txn_manager, message_accumulator, ...)`, it is given its
+collaborators by name (the cluster, the accumulator, the transaction session, the events and
+callbacks it signals the producer with) and reads nothing private of the producer.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +14,13 @@ import datetime
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from exactly.client.accumulator import PartitionState, RecordAccumulator
-from exactly.client.batch import (
-    ProducerBatch,
-)
+from exactly.client.batch import ProducerBatch
 from exactly.client.cluster import Cluster, make_request, request_module
+from exactly.client.config import ClientConfig
 from exactly.client.connection import BrokerConnection
 from exactly.client.errors import (
     KafkaError,
@@ -23,11 +28,9 @@ from exactly.client.errors import (
     ProducerFencedError,
     TransactionAbortableError,
 )
+from exactly.client.session import AsyncTransactionSession
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
-
-if TYPE_CHECKING:
-    from exactly.client.producer import AsyncProducer
 
 log = logging.getLogger("exactly.client")
 
@@ -49,15 +52,35 @@ def _log_append_ms(value: Any) -> int:
 class Sender:
     """Ships ready batches to partition leaders and handles the answers; one task on the loop."""
 
-    def __init__(self, producer: AsyncProducer, acc: RecordAccumulator, cluster: Cluster) -> None:
-        self.p, self.acc, self.cluster = producer, acc, cluster
-        cfg = producer.config
-        self.retries: int = cfg["retries"]
-        self.backoff = cfg["retry.backoff.ms"] / 1000
-        self.delivery_timeout = cfg["delivery.timeout.ms"] / 1000
-        self.timeout = datetime.timedelta(milliseconds=cfg["request.timeout.ms"])
-        self.max_in_flight: int = cfg["max.in.flight.requests.per.connection"]
-        self.metadata_max_age = cfg["metadata.max.age.ms"] / 1000
+    def __init__(self, cluster: Cluster, *, accumulator: RecordAccumulator, config: ClientConfig,
+                 session: AsyncTransactionSession | None, idempotent: bool,
+                 partition_counts: dict[str, int], bootstrap_lock: asyncio.Lock,
+                 wake_event: asyncio.Event, wake: Callable[[], None], space_freed: asyncio.Event,
+                 on_fatal: Callable[[KafkaError], None]) -> None:
+        """`session`: the transaction whose identity the batches are written under (None: not
+        transactional). `partition_counts`: topic -> partition count, shared with the producer,
+        grown here from fresh metadata. `bootstrap_lock`: held for a use of the cluster that may
+        open a bootstrap connection. `wake_event`: set when there may be work; `wake()` sets it
+        from the producer's side. `space_freed`: set when buffered bytes drop below
+        buffer.memory. `on_fatal(error)`: the producer cannot send any more."""
+        self.cluster, self.accumulator = cluster, accumulator
+        self.session = session
+        self.idempotent = idempotent
+        self.partition_counts = partition_counts
+        self.bootstrap_lock = bootstrap_lock
+        self.wake_event, self.wake = wake_event, wake
+        self.space_freed = space_freed
+        self.on_fatal = on_fatal
+        self.acks: int = config["acks"]
+        self.max_request_size: int = config["max.request.size"]
+        self.buffer_memory: int = config["buffer.memory"]
+        self.transaction_timeout = datetime.timedelta(milliseconds=config["transaction.timeout.ms"])
+        self.retries: int = config["retries"]
+        self.backoff = config["retry.backoff.ms"] / 1000
+        self.delivery_timeout = config["delivery.timeout.ms"] / 1000
+        self.timeout = datetime.timedelta(milliseconds=config["request.timeout.ms"])
+        self.max_in_flight: int = config["max.in.flight.requests.per.connection"]
+        self.metadata_max_age = config["metadata.max.age.ms"] / 1000
         self.in_flight: dict[int, int] = {}  # node -> requests awaiting an answer
         self.tasks: set[asyncio.Task[None]] = set()
         self.producer_id, self.epoch = -1, -1
@@ -69,7 +92,7 @@ class Sender:
         self.stopping = False
 
     async def run(self) -> None:
-        wake = self.p._wake_event
+        wake = self.wake_event
         loop = asyncio.get_running_loop()
         while not self.stopping:
             wake.clear()
@@ -97,7 +120,7 @@ class Sender:
             self.metadata_stale = True
         if self.metadata_stale and now - self.metadata_tried >= self.backoff:
             await self._refresh_metadata(now)
-        states, next_at = self.acc.ready(now)
+        states, next_at = self.accumulator.ready(now)
         if not states:
             return next_at - now
         by_node: dict[int, list[PartitionState]] = {}
@@ -119,17 +142,18 @@ class Sender:
                     self.metadata_stale = True
                     next_at = min(next_at, now + self.backoff)
                     break
-                batches = self.acc.drain(node_states, self.p._max_request_size, time.monotonic())
+                batches = self.accumulator.drain(node_states, self.max_request_size,
+                                                 time.monotonic())
                 if not batches:
                     break
                 await self._dispatch(node, conn, batches)
         return next_at - now
 
     async def _connection(self, node: int) -> BrokerConnection:
-        conn = self.cluster._connections.get(node)
-        if conn is not None and not conn.closed:
+        conn = self.cluster.live_connection(node)
+        if conn is not None:
             return conn
-        async with self.p._bootstrap_lock:  # may refresh metadata: one first use at a time
+        async with self.bootstrap_lock:  # may refresh metadata: one first use at a time
             return await self.cluster.connection(node)
 
     # -- identity ---------------------------------------------------------------------------
@@ -139,7 +163,7 @@ class Sender:
 
     async def _identity(self) -> bool:
         """Whether batches may be sent: the producer id and epoch to write with are known."""
-        session = self.p._session
+        session = self.session
         if session is not None:
             identity = (session.producer_id, session.producer_epoch)
             if identity != (self.producer_id, self.epoch):
@@ -147,19 +171,18 @@ class Sender:
                     return False
                 self._adopt(*identity)
             return self.producer_id >= 0
-        if not self.p._idempotent:
+        if not self.idempotent:
             return True
         if self.producer_id >= 0 and not self.new_identity:
             return True
         if self._busy() or self.fatal is not None:
             return False
         try:
-            async with self.p._bootstrap_lock:
+            async with self.bootstrap_lock:
                 conn = await self.cluster.any_connection()
             response = await conn.send(make_request(
                 conn, ApiKey.INIT_PRODUCER_ID, transactional_id=None,
-                transaction_timeout=datetime.timedelta(
-                    milliseconds=self.p.config["transaction.timeout.ms"]),
+                transaction_timeout=self.transaction_timeout,
                 producer_id=-1, producer_epoch=-1))
         except KafkaError as exc:
             log.debug("event=producer_id_retry error=%s", exc)
@@ -168,8 +191,9 @@ class Sender:
             error = KafkaError(f"InitProducerId for an idempotent producer failed: "
                                f"{error_name(response.error_code)}", response.error_code)
             if not error.retriable:
-                self.fatal = self.p._refuse = error
-                for st, batch in self.acc.take_all():
+                self.fatal = error
+                self.on_fatal(error)
+                for st, batch in self.accumulator.take_all():
                     self._complete(batch, error=error)
             return False
         self._adopt(response.producer_id, response.producer_epoch)
@@ -185,9 +209,9 @@ class Sender:
         error = KafkaError(f"the producer's identity changed to producer id {producer_id} epoch "
                            f"{epoch} while this batch waited to be resent; it may or may not "
                            "have been written", ErrorCode.out_of_order_sequence_number)
-        with self.acc.lock:
+        with self.accumulator.lock:
             stale = []
-            for st in self.acc.states():
+            for st in self.accumulator.states():
                 st.reset_sequences()
                 stale += [b for b in st.batches if b.base_sequence >= 0]
                 st.batches = deque(b for b in st.batches if b.base_sequence < 0)
@@ -198,7 +222,7 @@ class Sender:
 
     async def _dispatch(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]
                         ) -> None:
-        session = self.p._session
+        session = self.session
         max_version: int | None = None
         txn_id: str | None = None
         if session is not None:
@@ -209,10 +233,10 @@ class Sender:
                 except Exception as exc:  # noqa: BLE001 - the batches carry it to the caller
                     for b in [b for b in batches if b.attempts == 0]:
                         batches.remove(b)
-                        self._fail(self.acc.state(b.topic, b.partition), b, exc, False)
+                        self._fail(self.accumulator.state(b.topic, b.partition), b, exc, False)
             if (session.producer_id, session.producer_epoch) != (self.producer_id, self.epoch):
                 for b in reversed(batches):  # the identity moved meanwhile: next round
-                    self.acc.requeue(self.acc.state(b.topic, b.partition), b)
+                    self.accumulator.requeue(self.accumulator.state(b.topic, b.partition), b)
                 return
             txn_id = session.transactional_id
             if not session.uses_transaction_v2:
@@ -223,12 +247,12 @@ class Sender:
             module = request_module(conn, ApiKey.PRODUCE, max_version=max_version)
         except KafkaError as exc:
             for b in batches:
-                self._fail(self.acc.state(b.topic, b.partition), b, exc, False)
+                self._fail(self.accumulator.state(b.topic, b.partition), b, exc, False)
             return
-        idempotent, pid, epoch = self.p._idempotent, self.producer_id, self.epoch
+        idempotent, pid, epoch = self.idempotent, self.producer_id, self.epoch
         by_topic: dict[str, list[Any]] = {}
         for b in batches:
-            st = self.acc.state(b.topic, b.partition)
+            st = self.accumulator.state(b.topic, b.partition)
             if idempotent and b.base_sequence < 0:
                 b.base_sequence = st.next_sequence
                 st.next_sequence = (st.next_sequence + b.count) & _MAX_SEQUENCE
@@ -238,11 +262,11 @@ class Sender:
             by_topic.setdefault(b.topic, []).append(module.PartitionProduceData(
                 index=b.partition, records=b.encode(pid, epoch, b.base_sequence)))
         request = module.ProduceRequest(
-            transactional_id=txn_id, acks=self.p._acks, timeout=self.timeout,
+            transactional_id=txn_id, acks=self.acks, timeout=self.timeout,
             topic_data=tuple(module.TopicProduceData(name=t, partition_data=tuple(parts))
                              for t, parts in by_topic.items()))
         self.in_flight[node] = self.in_flight.get(node, 0) + 1
-        if self.p._acks == 0:
+        if self.acks == 0:
             try:
                 await conn.send(request, expect_response=False)
             except KafkaError as exc:
@@ -273,19 +297,19 @@ class Sender:
             self._on_failure(node, batches, exc)
         else:
             self._on_response(node, batches, response)
-        self.p._wake()
+        self.wake()
 
     def _landed(self, node: int, batches: list[ProducerBatch]) -> None:
         self.in_flight[node] -= 1
         for b in batches:
             with contextlib.suppress(ValueError):
-                self.acc.state(b.topic, b.partition).in_flight.remove(b)
+                self.accumulator.state(b.topic, b.partition).in_flight.remove(b)
 
     def _on_failure(self, node: int, batches: list[ProducerBatch], exc: KafkaError) -> None:
         self._landed(node, batches)
         self.metadata_stale = True
         for b in batches:
-            self._retry(self.acc.state(b.topic, b.partition), b,
+            self._retry(self.accumulator.state(b.topic, b.partition), b,
                         KafkaError(f"produce to {b.topic}-{b.partition}: {exc}", exc.code), True)
 
     def _on_response(self, node: int, batches: list[ProducerBatch], response: Any) -> None:
@@ -293,7 +317,7 @@ class Sender:
         answers = {(t.name, p.index): p for t in response.responses
                    for p in t.partition_responses}
         for b in batches:
-            st = self.acc.state(b.topic, b.partition)
+            st = self.accumulator.state(b.topic, b.partition)
             answer = answers.get((b.topic, b.partition))
             if answer is None:
                 self._retry(st, b, KafkaError(f"produce to {b.topic}-{b.partition}: the broker "
@@ -307,83 +331,84 @@ class Sender:
             else:
                 self._on_error(st, b, code, getattr(answer, "error_message", None))
 
-    def _on_error(self, st: PartitionState, b: ProducerBatch, code: int, message: str | None
+    def _on_error(self, state: PartitionState, batch: ProducerBatch, code: int, message: str | None
                   ) -> None:
-        text = f"produce to {b.topic}-{b.partition} failed: {error_name(code)}"
+        text = f"produce to {batch.topic}-{batch.partition} failed: {error_name(code)}"
         if message:
             text += f" ({message})"
         if code == ErrorCode.out_of_order_sequence_number and (
-                b.sent_sequence != b.base_sequence or any(
-                    0 <= x.base_sequence < b.base_sequence for x in (*st.in_flight, *st.batches))):
+                batch.sent_sequence != batch.base_sequence or any(
+                    0 <= other.base_sequence < batch.base_sequence
+                    for other in (*state.in_flight, *state.batches))):
             # A batch ahead of this one is not acknowledged yet (it is being resent), or this
             # one was renumbered after a batch ahead failed: it is resent after them.
-            self._retry(st, b, KafkaError(text, code), False)
+            self._retry(state, batch, KafkaError(text, code), False)
         elif code in _SEQUENCE_LOST:
-            self._fail(st, b, KafkaError(text, code), True)
+            self._fail(state, batch, KafkaError(text, code), True)
         elif code in _FENCED:
-            self._fail(st, b, ProducerFencedError(text + ": a newer producer with the same "
-                                                  "identity took over", code), True)
+            self._fail(state, batch, ProducerFencedError(
+                text + ": a newer producer with the same identity took over", code), True)
         elif code in _ABORTABLE:
-            self._fail(st, b, TransactionAbortableError(text + ": abort the transaction", code),
-                       False)
+            self._fail(state, batch, TransactionAbortableError(
+                text + ": abort the transaction", code), False)
         elif ErrorCode(code).retriable if code in _KNOWN_CODES else False:
             if code in _METADATA_ERRORS:
                 self.metadata_stale = True
-            self._retry(st, b, KafkaError(text, code),
+            self._retry(state, batch, KafkaError(text, code),
                         code == ErrorCode.not_enough_replicas_after_append)
         else:
-            self._fail(st, b, KafkaError(text, code), False)
+            self._fail(state, batch, KafkaError(text, code), False)
 
     # -- outcomes ---------------------------------------------------------------------------
 
-    def _retry(self, st: PartitionState, b: ProducerBatch, exc: KafkaError,
+    def _retry(self, state: PartitionState, batch: ProducerBatch, exc: KafkaError,
                maybe_written: bool) -> None:
         now = time.monotonic()
-        if self.stopping or b.attempts > self.retries or (
-                now + self.backoff - b.created >= self.delivery_timeout):
-            self._fail(st, b, exc, maybe_written)
+        if self.stopping or batch.attempts > self.retries or (
+                now + self.backoff - batch.created >= self.delivery_timeout):
+            self._fail(state, batch, exc, maybe_written)
             return
-        b.retry_at = now + self.backoff
-        self.acc.requeue(st, b)
+        batch.retry_at = now + self.backoff
+        self.accumulator.requeue(state, batch)
 
-    def _fail(self, st: PartitionState, b: ProducerBatch, exc: BaseException,
+    def _fail(self, state: PartitionState, batch: ProducerBatch, exc: BaseException,
               maybe_written: bool) -> None:
-        if b.base_sequence >= 0 and b.attempts:
+        if batch.base_sequence >= 0 and batch.attempts:
             if maybe_written:
                 self._sequence_lost(exc)
             else:  # not written: the batches behind it take over its sequence numbers
-                for other in (*st.in_flight, *st.batches):
-                    if other.base_sequence > b.base_sequence:
-                        other.base_sequence -= b.count
-                st.next_sequence = (st.next_sequence - b.count) & _MAX_SEQUENCE
-        session = self.p._session
+                for other in (*state.in_flight, *state.batches):
+                    if other.base_sequence > batch.base_sequence:
+                        other.base_sequence -= batch.count
+                state.next_sequence = (state.next_sequence - batch.count) & _MAX_SEQUENCE
+        session = self.session
         if session is not None and isinstance(exc, Exception):
             session.record_error(exc)
-        self._complete(b, error=exc)
+        self._complete(batch, error=exc)
 
     def _sequence_lost(self, exc: BaseException) -> None:
-        if self.p._session is None and not self.new_identity:
+        if self.session is None and not self.new_identity:
             log.warning("event=producer_sequence_lost action=new_producer_id error=%s", exc)
             self.new_identity = True
 
-    def _complete(self, b: ProducerBatch, base_offset: int = -1, log_append_time: int = -1,
+    def _complete(self, batch: ProducerBatch, base_offset: int = -1, log_append_time: int = -1,
                   error: BaseException | None = None) -> None:
-        self.acc.release(b)
-        b.complete(base_offset, log_append_time, error)
-        if self.acc.buffered < self.p._buffer_memory:
-            self.p._space.set()
+        self.accumulator.release(batch)
+        batch.complete(base_offset, log_append_time, error)
+        if self.accumulator.buffered < self.buffer_memory:
+            self.space_freed.set()
 
     def _expire(self, now: float) -> None:
-        for st, b in self.acc.expired(now, self.delivery_timeout):
+        for st, b in self.accumulator.expired(now, self.delivery_timeout):
             self._fail(st, b, KafkaTimeoutError(
                 f"{b.count} record(s) for {b.topic}-{b.partition} expired: not acknowledged "
                 f"within delivery.timeout.ms ({self.delivery_timeout * 1000:.0f} ms)"), b.attempts > 0)
 
     async def _refresh_metadata(self, now: float) -> None:
         self.metadata_tried = now
-        topics = list(self.p._partitions)
+        topics = list(self.partition_counts)
         try:
-            async with self.p._bootstrap_lock:
+            async with self.bootstrap_lock:
                 await self.cluster.refresh(topics)
         except KafkaError as exc:
             log.debug("event=producer_metadata_retry error=%s", exc)
@@ -393,24 +418,24 @@ class Sender:
             md = self.cluster.metadata.topics.get(topic)
             if md is not None and md.partitions:
                 count = max(md.partitions) + 1
-                if count > self.p._partitions.get(topic, 0):
-                    self.p._partitions[topic] = count
+                if count > self.partition_counts.get(topic, 0):
+                    self.partition_counts[topic] = count
 
     async def stop(self, error: KafkaError) -> None:
         """Fail what is still queued or on its way, and end the loop."""
         self.stopping = True
-        self.p._wake_event.set()
-        for _, b in self.acc.take_all():
+        self.wake_event.set()
+        for _, b in self.accumulator.take_all():
             self._complete(b, error=error)
         for task in list(self.tasks):
             task.cancel()
         if self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
-        with self.acc.lock:
-            leftover = list(self.acc.incomplete)
+        with self.accumulator.lock:
+            leftover = list(self.accumulator.incomplete)
         for b in leftover:
             self._complete(b, error=error)
-        self.p._space.set()
+        self.space_freed.set()
 
 
 _INF = float("inf")

@@ -59,6 +59,7 @@ from exactly.client.session_state import (
 )
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
+from exactly.protocol.structs import TopicPartition
 
 log = logging.getLogger("exactly.client")
 
@@ -66,8 +67,7 @@ __all__ = ["AsyncTransactionSession", "ConsumerGroupMetadata", "PreparedTxnState
            "TransactionSession"]
 
 T = TypeVar("T")
-TopicPartition = tuple[str, int]
-Offsets = Mapping[TopicPartition, int | tuple[int, str | None]]
+Offsets = Mapping[tuple[str, int], int | tuple[int, str | None]]  # (topic, partition) keys
 _MAX_EPOCH = 32767
 _IDLE = ("Empty", "CompleteCommit", "CompleteAbort")
 _FENCED_CODES = (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
@@ -205,19 +205,19 @@ class AsyncTransactionSession:
         self._machine.start("begin_transaction")
         self._reset_transaction()
 
-    async def add_partitions_to_transaction(self, partitions: Iterable[TopicPartition]) -> None:
+    async def add_partitions_to_transaction(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Make partitions part of the open transaction before writing to them (version 1:
         AddPartitionsToTxn; version 2: the Produce v12 that writes there adds them)."""
         await self._ensure(partitions, "add_partitions_to_transaction")
 
-    async def ensure_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+    async def ensure_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
         """For a bound producer, before it writes: the partitions not yet in this transaction
         are added (version 1: one AddPartitionsToTxn for all; version 2: remembered only)."""
         await self._ensure(partitions, "ensure_partitions")
 
-    async def _ensure(self, partitions: Iterable[TopicPartition], call: str) -> None:
+    async def _ensure(self, partitions: Iterable[tuple[str, int]], call: str) -> None:
         self._machine.check(call)
-        wanted = {(str(t), int(p)) for t, p in partitions}
+        wanted = {TopicPartition(str(t), int(p)) for t, p in partitions}
         if wanted <= self._partitions:
             return
         async with self._lock:
@@ -240,8 +240,8 @@ class AsyncTransactionSession:
         if not getattr(group, "group_id", None):
             raise ValueError("send_offsets_to_transaction needs a group id or the consumer's "
                              "group_metadata()")
-        pending = {(str(t), int(p)): (v, None) if isinstance(v, int) else (int(v[0]), v[1])
-                   for (t, p), v in offsets.items()}
+        pending = {TopicPartition(str(t), int(p)): (v, None) if isinstance(v, int)
+                   else (int(v[0]), v[1]) for (t, p), v in offsets.items()}
         self._machine.check("send_offsets_to_transaction")
         async with self._lock:
             self._machine.check("send_offsets_to_transaction")
@@ -610,7 +610,7 @@ class TransactionSession:
     def begin_transaction(self) -> None:
         self._run(self.aio.begin_transaction())
 
-    def add_partitions_to_transaction(self, partitions: Iterable[TopicPartition]) -> None:
+    def add_partitions_to_transaction(self, partitions: Iterable[tuple[str, int]]) -> None:
         self._run(self.aio.add_partitions_to_transaction(list(partitions)))
 
     def send_offsets_to_transaction(self, offsets: Offsets,

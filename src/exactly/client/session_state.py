@@ -41,43 +41,43 @@ class State(enum.Enum):
         return self.value
 
 
-S = State
-
 # call -> (states it may be made in, state it moves to; None: stays). Retrying a call that timed
 # out is allowed from the state the first attempt left behind (INITIALIZING, COMMITTING, ABORTING).
 CALLS: dict[str, tuple[frozenset[State], State | None]] = {
-    "initialize": (frozenset({S.UNINITIALIZED, S.INITIALIZING}), S.INITIALIZING),
-    "begin_transaction": (frozenset({S.READY}), S.IN_TRANSACTION),
-    "add_partitions_to_transaction": (frozenset({S.IN_TRANSACTION}), None),
-    "ensure_partitions": (frozenset({S.IN_TRANSACTION}), None),
-    "send_offsets_to_transaction": (frozenset({S.IN_TRANSACTION}), None),
-    "prepare_transaction": (frozenset({S.IN_TRANSACTION}), S.PREPARED),
-    "commit_transaction": (frozenset({S.IN_TRANSACTION, S.PREPARED, S.COMMITTING}), S.COMMITTING),
-    "abort_transaction": (frozenset({S.IN_TRANSACTION, S.PREPARED, S.ABORTABLE_ERROR, S.ABORTING}),
-                          S.ABORTING),
-    "complete_transaction": (frozenset({S.PREPARED}), None),
-    "heartbeat": (frozenset({S.READY, S.IN_TRANSACTION, S.PREPARED, S.COMMITTING, S.ABORTING,
-                             S.ABORTABLE_ERROR}), None),
+    "initialize": (frozenset({State.UNINITIALIZED, State.INITIALIZING}), State.INITIALIZING),
+    "begin_transaction": (frozenset({State.READY}), State.IN_TRANSACTION),
+    "add_partitions_to_transaction": (frozenset({State.IN_TRANSACTION}), None),
+    "ensure_partitions": (frozenset({State.IN_TRANSACTION}), None),
+    "send_offsets_to_transaction": (frozenset({State.IN_TRANSACTION}), None),
+    "prepare_transaction": (frozenset({State.IN_TRANSACTION}), State.PREPARED),
+    "commit_transaction": (frozenset({State.IN_TRANSACTION, State.PREPARED, State.COMMITTING}),
+                           State.COMMITTING),
+    "abort_transaction": (frozenset({State.IN_TRANSACTION, State.PREPARED, State.ABORTABLE_ERROR,
+                                     State.ABORTING}), State.ABORTING),
+    "complete_transaction": (frozenset({State.PREPARED}), None),
+    "heartbeat": (frozenset({State.READY, State.IN_TRANSACTION, State.PREPARED, State.COMMITTING,
+                             State.ABORTING, State.ABORTABLE_ERROR}), None),
 }
 
 # Completions of the calls above, made by the session once the coordinator answered.
 EVENTS: dict[str, tuple[frozenset[State], State]] = {
-    "initialized": (frozenset({S.INITIALIZING}), S.READY),
-    "initialized_prepared": (frozenset({S.INITIALIZING}), S.PREPARED),
-    "ended": (frozenset({S.COMMITTING, S.ABORTING}), S.READY),
+    "initialized": (frozenset({State.INITIALIZING}), State.READY),
+    "initialized_prepared": (frozenset({State.INITIALIZING}), State.PREPARED),
+    "ended": (frozenset({State.COMMITTING, State.ABORTING}), State.READY),
 }
 
 _HINTS = {
-    S.UNINITIALIZED: "call initialize() first",
-    S.INITIALIZING: "initialize() has not finished; call it again",
-    S.READY: "no transaction is open: call begin_transaction() first",
-    S.IN_TRANSACTION: "a transaction is open: commit or abort it first",
-    S.PREPARED: "the transaction is prepared: only commit_transaction(), abort_transaction() "
-                "or complete_transaction() may follow",
-    S.COMMITTING: "a commit is under way: call commit_transaction() again to finish it",
-    S.ABORTING: "an abort is under way: call abort_transaction() again to finish it",
-    S.ABORTABLE_ERROR: "the transaction failed and can only be aborted: call abort_transaction()",
-    S.FATAL_ERROR: "the session cannot be used any more: close it",
+    State.UNINITIALIZED: "call initialize() first",
+    State.INITIALIZING: "initialize() has not finished; call it again",
+    State.READY: "no transaction is open: call begin_transaction() first",
+    State.IN_TRANSACTION: "a transaction is open: commit or abort it first",
+    State.PREPARED: "the transaction is prepared: only commit_transaction(), abort_transaction() "
+                    "or complete_transaction() may follow",
+    State.COMMITTING: "a commit is under way: call commit_transaction() again to finish it",
+    State.ABORTING: "an abort is under way: call abort_transaction() again to finish it",
+    State.ABORTABLE_ERROR: "the transaction failed and can only be aborted: "
+                           "call abort_transaction()",
+    State.FATAL_ERROR: "the session cannot be used any more: close it",
 }
 
 
@@ -94,7 +94,7 @@ class FatalStateError(IllegalStateError, TransactionFatalError):
 
 
 class SessionStateMachine:
-    def __init__(self, state: State = S.UNINITIALIZED) -> None:
+    def __init__(self, state: State = State.UNINITIALIZED) -> None:
         self.state = state
         self.closed = False
         self.last_error: KafkaError | None = None
@@ -107,9 +107,9 @@ class SessionStateMachine:
         cause = self.last_error
         if cause is not None:
             message += f" (cause: {cause})"
-        if self.state is S.ABORTABLE_ERROR:
+        if self.state is State.ABORTABLE_ERROR:
             return AbortableStateError(message, cause.code if cause else -1)
-        if self.state is S.FATAL_ERROR:
+        if self.state is State.FATAL_ERROR:
             kind = FencedStateError if isinstance(cause, ProducerFencedError) else FatalStateError
             return kind(message, cause.code if cause else -1)
         return IllegalStateError(message)
@@ -139,14 +139,15 @@ class SessionStateMachine:
     def fail(self, error: KafkaError) -> None:
         """An error answered for this session: fenced and fatal ones end it, others make the
         transaction abortable. During an abort the transaction is being ended anyway."""
-        if self.state is S.FATAL_ERROR:
+        if self.state is State.FATAL_ERROR:
             return
         if isinstance(error, ProducerFencedError | TransactionFatalError):
-            self.state, self.last_error = S.FATAL_ERROR, error
-        elif self.state in (S.IN_TRANSACTION, S.PREPARED, S.COMMITTING, S.ABORTABLE_ERROR):
-            self.state, self.last_error = S.ABORTABLE_ERROR, error
-        elif self.state is S.INITIALIZING:
-            self.state, self.last_error = S.FATAL_ERROR, error
+            self.state, self.last_error = State.FATAL_ERROR, error
+        elif self.state in (State.IN_TRANSACTION, State.PREPARED, State.COMMITTING,
+                            State.ABORTABLE_ERROR):
+            self.state, self.last_error = State.ABORTABLE_ERROR, error
+        elif self.state is State.INITIALIZING:
+            self.state, self.last_error = State.FATAL_ERROR, error
 
 
 # -- coordinator error codes -----------------------------------------------------------------

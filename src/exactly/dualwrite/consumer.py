@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
 
+from exactly import failpoints
 from exactly.client import Admin, Consumer, ConsumerRecord
 from exactly.dualwrite import store
 from exactly.dualwrite.errors import DatabaseConflictError
-from exactly.dualwrite.faults import fault_point
 from exactly.dualwrite.store import Dialect
 
 log = logging.getLogger("exactly.dualwrite")
@@ -95,7 +95,7 @@ class AtomicConsumer:
         records = self._consumer.poll(timeout_ms, max_records)
         if not records:
             return 0
-        fault_point("consume-1-poll")
+        failpoints.hit("dualwrite.consume-1-poll")
         offsets: dict[tuple[str, int], int] = {}
         for r in records:
             offsets[(r.topic, r.partition)] = max(offsets.get((r.topic, r.partition), 0),
@@ -126,18 +126,18 @@ class AtomicConsumer:
         cursor = conn.cursor()
         try:
             cursor.execute(dialect.begin_sql(self.isolation))
-            fault_point("consume-2-begin-database-transaction")
+            failpoints.hit("dualwrite.consume-2-begin-database-transaction")
             try:
                 handler(cursor, records)
-                fault_point("consume-3-write-data")
+                failpoints.hit("dualwrite.consume-3-write-data")
                 store.write_offsets(cursor, dialect, self.group_id, offsets)
-                fault_point("consume-4-write-offsets")
+                failpoints.hit("dualwrite.consume-4-write-offsets")
                 dialect.commit(cursor)
             except BaseException:
                 with contextlib.suppress(Exception):
                     dialect.rollback(conn, cursor)
                 raise
-            fault_point("consume-5-commit-database-transaction")
+            failpoints.hit("dualwrite.consume-5-commit-database-transaction")
         finally:
             with contextlib.suppress(Exception):
                 cursor.close()

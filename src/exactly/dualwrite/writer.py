@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
+from exactly import failpoints
 from exactly.client import (
     IllegalStateError,
     PreparedTxnState,
@@ -58,7 +59,6 @@ from exactly.dualwrite.errors import (
     TransactionAborted,
     WriterFencedError,
 )
-from exactly.dualwrite.faults import fault_point
 from exactly.dualwrite.store import Dialect
 
 log = logging.getLogger("exactly.dualwrite")
@@ -95,7 +95,7 @@ class Transaction:
         assert producer is not None
         future = producer.send(topic, value, key=key, partition=partition, headers=headers)
         self.futures.append(future)
-        fault_point("3-send")
+        failpoints.hit("dualwrite.3-send")
         return future
 
 
@@ -147,17 +147,17 @@ class DualWriter:
         store.ensure_tables(self.connection, self.dialect)
         stored = self._retry_conflicts(lambda: store.claim_state(
             self.connection, self.dialect, self.transactional_id, self.writer_id))
-        fault_point("recovery-1-read-state")
+        failpoints.hit("dualwrite.recovery-1-read-state")
         session = TransactionSession(self.config)
         try:
             session.initialize(keep_prepared_txn=True)
-            fault_point("recovery-2-keep-prepared-txn")
+            failpoints.hit("dualwrite.recovery-2-keep-prepared-txn")
             prepared = session.prepared_state
             outcome = "none"
             if session.state is State.PREPARED:
                 outcome = "commit" if prepared == stored else "abort"
                 session.complete_transaction(stored)
-            fault_point("recovery-2-complete-transaction")
+            failpoints.hit("dualwrite.recovery-2-complete-transaction")
             if not session.uses_transaction_v2:
                 raise UnsupportedVersionError(
                     "exactly.dualwrite needs transaction version 2 (KIP-890): each transaction "
@@ -215,13 +215,13 @@ class DualWriter:
                                                 f"({exc}); nothing was written: run it again",
                                                 step="1-begin-database-transaction") from exc
                 raise
-            fault_point("1-begin-database-transaction")
+            failpoints.hit("dualwrite.1-begin-database-transaction")
             try:
                 session.begin_transaction()
             except BaseException:
                 dialect.rollback(self.connection, cursor)
                 raise
-            fault_point("2-begin-transaction")
+            failpoints.hit("dualwrite.2-begin-transaction")
             tx = Transaction(self, cursor)
             try:
                 yield tx
@@ -233,7 +233,7 @@ class DualWriter:
                         "the log transaction were rolled back: run it again",
                         step="5-update-data") from exc
                 raise
-            fault_point("5-update-data")
+            failpoints.hit("dualwrite.5-update-data")
             self._finish(cursor, tx)
         finally:
             self._open = False
@@ -286,7 +286,7 @@ class DualWriter:
                 f"preparing the log transaction of {self.transactional_id!r} failed ({exc}); the "
                 "database transaction was rolled back and the log transaction aborted",
                 step="4-prepare-transaction") from exc
-        fault_point("4-prepare-transaction")
+        failpoints.hit("dualwrite.4-prepare-transaction")
         # 6: the state goes into the database transaction that carries the data.
         try:
             mine = store.write_state(cursor, dialect, self.transactional_id, self.writer_id, state)
@@ -306,17 +306,17 @@ class DualWriter:
                 f"the {store.STATE_TABLE} row of {self.transactional_id!r} belongs to another "
                 "DualWriter (it recovered the transactional id after this one): this "
                 "transaction was rolled back; close this writer", step="6-update-transaction-state")
-        fault_point("6-update-transaction-state")
+        failpoints.hit("dualwrite.6-update-transaction-state")
         # 7: the decision.
         try:
             dialect.commit(cursor)
         except Exception as exc:  # noqa: BLE001 - the database says what happened, below
             self._after_failed_commit(cursor, state, exc)
             return
-        fault_point("7-commit-database-transaction")
+        failpoints.hit("dualwrite.7-commit-database-transaction")
         # 8: the database committed, so must the log.
         self._commit_log("8-commit-transaction")
-        fault_point("8-commit-transaction")
+        failpoints.hit("dualwrite.8-commit-transaction")
 
     def _commit_log(self, step: str) -> None:
         session = self.session

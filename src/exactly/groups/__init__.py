@@ -3,7 +3,7 @@
 from exactly.groups.config import GroupConfig
 from exactly.groups.coordinator import GroupCoordinator
 from exactly.groups.group import GroupState, JoinMember, JoinResult, SyncResult
-from exactly.groups.offsets import (
+from exactly.groups.metadata_manager import (
     CommitResult,
     GroupDescription,
     GroupListing,

@@ -9,8 +9,9 @@ tombstone: the offset or the group was deleted.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
+
+from exactly.protocol.primitives import Reader, Writer
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -63,54 +64,22 @@ class GroupValue:
 # -- writing --------------------------------------------------------------------------------
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.out = bytearray()
-
-    def i16(self, v: int) -> _Writer:
-        self.out += struct.pack(">h", v)
-        return self
-
-    def i32(self, v: int) -> _Writer:
-        self.out += struct.pack(">i", v)
-        return self
-
-    def i64(self, v: int) -> _Writer:
-        self.out += struct.pack(">q", v)
-        return self
-
-    def string(self, v: str | None) -> _Writer:
-        if v is None:
-            return self.i16(-1)
-        b = v.encode()
-        self.i16(len(b))
-        self.out += b
-        return self
-
-    def bytes_(self, v: bytes | None) -> _Writer:
-        if v is None:
-            return self.i32(-1)
-        self.i32(len(v))
-        self.out += v
-        return self
-
-
 def encode_offset_key(key: OffsetKey) -> bytes:
-    w = _Writer().i16(OFFSET_KEY_VERSION).string(key.group_id).string(key.topic)
+    w = Writer().i16(OFFSET_KEY_VERSION).string(key.group_id).string(key.topic)
     return bytes(w.i32(key.partition).out)
 
 
 def encode_group_key(key: GroupKey) -> bytes:
-    return bytes(_Writer().i16(GROUP_KEY_VERSION).string(key.group_id).out)
+    return bytes(Writer().i16(GROUP_KEY_VERSION).string(key.group_id).out)
 
 
 def encode_offset_value(v: OffsetValue) -> bytes:
-    w = _Writer().i16(OFFSET_VALUE_VERSION).i64(v.offset).i32(v.leader_epoch)
+    w = Writer().i16(OFFSET_VALUE_VERSION).i64(v.offset).i32(v.leader_epoch)
     return bytes(w.string(v.metadata).i64(v.commit_timestamp).out)
 
 
 def encode_group_value(v: GroupValue) -> bytes:
-    w = _Writer().i16(GROUP_VALUE_VERSION).string(v.protocol_type).i32(v.generation_id)
+    w = Writer().i16(GROUP_VALUE_VERSION).string(v.protocol_type).i32(v.generation_id)
     w.string(v.protocol_name).string(v.leader_id).i64(v.current_state_timestamp)
     w.i32(len(v.members))
     for m in v.members:
@@ -127,45 +96,8 @@ class CodecError(ValueError):
     """A record of `__consumer_offsets` this coordinator cannot decode."""
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, fmt: str, size: int) -> int:
-        if self.pos + size > len(self.data):
-            raise CodecError("record truncated")
-        (v,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
-        return int(v)
-
-    def i16(self) -> int:
-        return self._take(">h", 2)
-
-    def i32(self) -> int:
-        return self._take(">i", 4)
-
-    def i64(self) -> int:
-        return self._take(">q", 8)
-
-    def _raw(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CodecError("record truncated")
-        b = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return b
-
-    def string(self) -> str | None:
-        n = self.i16()
-        return None if n < 0 else self._raw(n).decode()
-
-    def bytes_(self) -> bytes | None:
-        n = self.i32()
-        return None if n < 0 else self._raw(n)
-
-
 def decode_key(data: bytes) -> OffsetKey | GroupKey:
-    r = _Reader(data)
+    r = Reader(data, error=CodecError)
     version = r.i16()
     if version in (0, 1):
         group, topic = r.string() or "", r.string() or ""
@@ -176,7 +108,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
-    r = _Reader(data)
+    r = Reader(data, error=CodecError)
     version = r.i16()
     if version > OFFSET_VALUE_VERSION:
         raise CodecError(f"unsupported offset commit value version {version}")
@@ -188,7 +120,7 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 
 def decode_group_value(data: bytes) -> GroupValue:
-    r = _Reader(data)
+    r = Reader(data, error=CodecError)
     version = r.i16()
     if version > GROUP_VALUE_VERSION:
         raise CodecError(f"unsupported group metadata value version {version}")

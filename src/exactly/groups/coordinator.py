@@ -2,17 +2,46 @@
 
 Sans-IO: callers pass the time in and get delayed answers through callbacks, invoked either
 before the call returns or later from another call or from `tick()`. The rules follow Apache
-Kafka's GroupCoordinator.scala. Offsets and the admin APIs are in `offsets.py` (a base class, so
-this file stays about membership); transactional offsets in `txn_offsets.py`.
+Kafka's GroupCoordinator.scala. As there, the coordinator holds its collaborators by name:
+`group_manager` (metadata_manager.py: the groups, their offsets, `__consumer_offsets`, the offset
+and admin APIs) and `txn_offsets` (txn_offsets.py: offsets of open transactions, KIP-98).
+
+Theory of operation
+-------------------
+
+One state machine per group (`GroupState`, Kafka's names):
+
+    Empty                no members (offsets may remain)
+    PreparingRebalance   waiting for every member to (re)join, until the rebalance timeout
+    CompletingRebalance  a new generation: waiting for the leader's assignment in SyncGroup
+    Stable               every member has its assignment and heartbeats
+    Dead                 deleted, or left with nothing by offset expiry
+
+Events: JoinGroup (a new member, changed metadata, or the leader rejoining) starts a rebalance;
+all members joined, or the join deadline, completes it: the generation goes up, the leader gets
+the member list. The leader's SyncGroup makes the group Stable and answers every parked
+SyncGroup. LeaveGroup, a missed heartbeat (session timeout) or a member that never sent
+SyncGroup remove members and rebalance again; `tick(now_ms)` fires every deadline. The first
+rebalance of an Empty group waits group.initial.rebalance.delay.ms for more members.
+
+Durable: the group's metadata (generation, leader, members, assignments) is written when the
+leader's assignment arrives and when a rebalance leaves the group Empty; OffsetCommit and
+TxnOffsetCommit are appended before the client is answered (the caller syncs
+`CommitResult.log`). A restart restores the last written generation, each member with a fresh
+session to come back in.
+
+Rules that must never break: every JoinGroup and SyncGroup gets exactly one answer (a duplicate
+JoinGroup answers the one it replaces); a group becomes Stable only once its assignment is
+written; a fenced static member (KIP-345) gets FENCED_INSTANCE_ID; offsets of an open
+transaction stay invisible until its COMMIT marker, and a group holding some is never deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
-
-from kio.schema.errors import ErrorCode
 
 from exactly.groups.config import GroupConfig
 from exactly.groups.group import (
@@ -25,19 +54,31 @@ from exactly.groups.group import (
     SyncCallback,
     SyncResult,
 )
-from exactly.groups.txn_offsets import TxnOffsetsMixin
+from exactly.groups.metadata_manager import (
+    CommitResult,
+    GroupDescription,
+    GroupListing,
+    GroupMetadataManager,
+    OffsetToCommit,
+)
+from exactly.groups.txn_offsets import TxnOffsets
+from exactly.protocol.errors import ErrorCode
+from exactly.protocol.structs import TopicPartition
 
 if TYPE_CHECKING:
-    from exactly.log import LogManager
+    from exactly.groups.group import CommittedOffset
+    from exactly.log import LogManager, PartitionLog
 
 log = logging.getLogger("exactly.groups")
 
 Protocols = list[tuple[str, bytes]]
 
 
-class GroupCoordinator(TxnOffsetsMixin):
+class GroupCoordinator:
     def __init__(self, logs: LogManager, config: GroupConfig, *, now_ms: int) -> None:
-        super().__init__(logs, config, now_ms=now_ms)
+        self.config = config
+        self.group_manager = GroupMetadataManager(logs, config, now_ms=now_ms)
+        self.txn_offsets = TxnOffsets(self.group_manager)
 
     # -- JoinGroup ----------------------------------------------------------------------------
 
@@ -56,11 +97,11 @@ class GroupCoordinator(TxnOffsetsMixin):
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
             return respond(JoinResult(ErrorCode.invalid_session_timeout, member_id))
-        group = self._groups.get(group_id)
+        group = self.group_manager.groups.get(group_id)
         if group is None:
             if member_id:
                 return respond(JoinResult(ErrorCode.unknown_member_id, member_id))
-            group = self._new_group(group_id, now_ms)
+            group = self.group_manager.new_group(group_id, now_ms)
         if (member_id not in group.members and len(group.members) >= cfg.group_max_size):
             return respond(JoinResult(ErrorCode.group_max_size_reached, member_id))
         args = (group_instance_id, client_id, client_host, session_timeout_ms,
@@ -203,7 +244,7 @@ class GroupCoordinator(TxnOffsetsMixin):
             group.protocol_name = None
             group.leader_id = None
             group.transition(GroupState.EMPTY, now_ms)
-            self._store_group_quietly(group, now_ms)
+            self.group_manager.store_group_quietly(group, now_ms)
             return
         group.protocol_name = group.select_protocol()
         group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
@@ -230,7 +271,7 @@ class GroupCoordinator(TxnOffsetsMixin):
         now_ms: int, respond: SyncCallback,
     ) -> None:
         """Followers wait here for the leader's assignment; `respond` is called once."""
-        group = self._groups.get(group_id) if group_id else None
+        group = self.group_manager.groups.get(group_id) if group_id else None
         if not group_id:
             return respond(SyncResult(ErrorCode.invalid_group_id))
         if group is None:
@@ -264,7 +305,7 @@ class GroupCoordinator(TxnOffsetsMixin):
         for mid, m in group.members.items():
             m.assignment = assignments.get(mid, b"")
         try:
-            self._store_group(group, now_ms)
+            self.group_manager.store_group(group, now_ms)
         except Exception:
             log.exception("storing group %s failed", group.group_id)
             self._propagate_assignment(group, ErrorCode.coordinator_not_available, now_ms)
@@ -293,7 +334,7 @@ class GroupCoordinator(TxnOffsetsMixin):
                   generation_id: int, now_ms: int) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
-        group = self._groups.get(group_id)
+        group = self.group_manager.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
         error = self._validate_member(group, member_id, group_instance_id)
@@ -314,7 +355,7 @@ class GroupCoordinator(TxnOffsetsMixin):
         """Remove members, given as (member id, group instance id); a per-member error each."""
         if not group_id:
             return ErrorCode.invalid_group_id, []
-        group = self._groups.get(group_id)
+        group = self.group_manager.groups.get(group_id)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
         errors = []
@@ -377,9 +418,9 @@ class GroupCoordinator(TxnOffsetsMixin):
 
     def tick(self, now_ms: int) -> None:
         """Fire every timer due by `now_ms`: sessions, pending members, rebalance deadlines."""
-        for group in list(self._groups.values()):
+        for group in list(self.group_manager.groups.values()):
             self._tick_group(group, now_ms)
-        self._maybe_expire_offsets(now_ms)
+        self.group_manager.maybe_expire_offsets(now_ms)
 
     def _tick_group(self, group: Group, now_ms: int) -> None:
         for member_id, deadline in list(group.pending_members.items()):
@@ -411,3 +452,66 @@ class GroupCoordinator(TxnOffsetsMixin):
                     self._drop(group, group.members[member_id])
             group.pending_sync.clear()
             self._maybe_prepare_rebalance(group, now_ms)
+
+    # -- offsets and admin APIs, from the group manager -----------------------------------------
+
+    def commit_offsets(
+        self, *, group_id: str, member_id: str, group_instance_id: str | None,
+        generation_id: int, offsets: Mapping[tuple[str, int], OffsetToCommit], now_ms: int,
+    ) -> CommitResult:
+        """OffsetCommit (see `GroupMetadataManager.commit_offsets`)."""
+        return self.group_manager.commit_offsets(
+            group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
+            generation_id=generation_id, offsets=offsets, now_ms=now_ms)
+
+    def fetch_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], CommittedOffset | None]:
+        """Committed offsets (None where nothing is committed); `partitions=None` means all."""
+        return self.group_manager.fetch_offsets(group_id, partitions)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        return self.group_manager.describe_group(group_id)
+
+    def list_groups(self, states: set[str] | None = None) -> list[GroupListing]:
+        return self.group_manager.list_groups(states)
+
+    def delete_groups(self, group_ids: list[str], now_ms: int) -> dict[str, ErrorCode]:
+        return self.group_manager.delete_groups(group_ids, now_ms)
+
+    def expire_offsets(self, now_ms: int) -> None:
+        self.group_manager.expire_offsets(now_ms)
+
+    def offsets_partition(self, group_id: str) -> int:
+        """The `__consumer_offsets` partition that holds this group."""
+        return self.group_manager.partition_for(group_id)
+
+    def log_for(self, group_id: str) -> PartitionLog:
+        return self.group_manager.log_for(group_id)
+
+    def take_written_logs(self) -> set[PartitionLog]:
+        return self.group_manager.take_written_logs()
+
+    # -- transactional offsets (KIP-98), from txn_offsets -----------------------------------------
+
+    def commit_txn_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int,
+        offsets: Mapping[tuple[str, int], OffsetToCommit], *, member_id: str = "",
+        generation_id: int = -1, group_instance_id: str | None = None, now_ms: int,
+    ) -> CommitResult:
+        """TxnOffsetCommit (see `TxnOffsets.commit_txn_offsets`)."""
+        return self.txn_offsets.commit_txn_offsets(
+            group_id, producer_id, producer_epoch, offsets, member_id=member_id,
+            generation_id=generation_id, group_instance_id=group_instance_id, now_ms=now_ms)
+
+    def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool,
+                     now_ms: int) -> None:
+        self.txn_offsets.complete_txn(offsets_partition, producer_id, commit, now_ms)
+
+    def has_pending(self, group_id: str) -> bool:
+        return self.txn_offsets.has_pending(group_id)
+
+    def pending_producers(self, offsets_partition: int) -> set[int]:
+        return self.txn_offsets.pending_producers(offsets_partition)
+
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        return self.txn_offsets.pending_partitions(group_id)

@@ -16,12 +16,11 @@ from exactly.groups.codec import (
 )
 from exactly.groups.group import CommittedOffset
 from exactly.protocol.records import Record
-
-TopicPartition = tuple[str, int]
+from exactly.protocol.structs import TopicPartition
 
 
 class OffsetsFold:
-    """What `__consumer_offsets` says, built record by record (see `OffsetsMixin._load`)."""
+    """What `__consumer_offsets` says, built record by record (see `GroupMetadataManager._load`)."""
 
     def __init__(self) -> None:
         self.groups: dict[str, GroupValue | None] = {}
@@ -40,7 +39,7 @@ class OffsetsFold:
             target = self.pending.setdefault(txn, {}).setdefault(key.group_id, {})
         else:
             target = self.offsets.setdefault(key.group_id, {})
-        tp = (key.topic, key.partition)
+        tp = TopicPartition(key.topic, key.partition)
         if record.value is None:
             target.pop(tp, None)
         else:

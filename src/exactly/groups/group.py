@@ -11,7 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kio.schema.errors import ErrorCode
+from exactly.protocol.errors import ErrorCode
+from exactly.protocol.structs import TopicPartition
 
 
 class GroupState(enum.Enum):
@@ -125,9 +126,9 @@ class Group:
     # how much of the rebalance timeout is left to extend the delay with (Kafka's InitialDelayedJoin).
     initial_delay_remaining: int | None = None
     new_member_added: bool = False
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     # TxnOffsetCommit offsets per producer id, invisible until the transaction commits.
-    pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    pending_txn: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state

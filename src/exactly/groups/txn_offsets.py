@@ -6,38 +6,37 @@ does not see them and they do not replace committed offsets. When the transactio
 written the COMMIT or ABORT marker for the producer into that partition, the broker calls
 `complete_txn`: the pending offsets become the committed ones, or are dropped. On start the same
 happens from the markers found in the log (`fold.py`); transactions still open stay pending.
+
+`TxnOffsets` keeps the pending offsets in their groups (`Group.pending_txn`) and, by producer,
+which groups hold some; the groups and the log are the `GroupMetadataManager`'s, held by name.
 """
 
 from __future__ import annotations
 
 import logging
-
-from kio.schema.errors import ErrorCode
+from collections.abc import Mapping
 
 from exactly.groups.fold import apply_txn_offsets
 from exactly.groups.group import Group, GroupState
-from exactly.groups.offsets import (
-    CommitResult,
-    OffsetsMixin,
-    OffsetToCommit,
-    TopicPartition,
-    append_error,
-    offset_records,
-    with_log_offsets,
-)
-from exactly.log.errors import InvalidProducerEpochError
+from exactly.groups.metadata_manager import CommitResult, GroupMetadataManager, OffsetToCommit
+from exactly.protocol.errors import ErrorCode
+from exactly.protocol.structs import TopicPartition
 
 log = logging.getLogger("exactly.groups")
 
 
-class TxnOffsetsMixin(OffsetsMixin):
-    def offsets_partition(self, group_id: str) -> int:
-        """The `__consumer_offsets` partition that holds this group."""
-        return self.store.partition(group_id)
+class TxnOffsets:
+    def __init__(self, group_manager: GroupMetadataManager) -> None:
+        self.group_manager = group_manager
+        # producer id -> the groups holding pending transactional offsets of that producer.
+        self._txn_groups: dict[int, set[str]] = {}
+        for group in group_manager.groups.values():  # those left pending by the load
+            for producer_id in group.pending_txn:
+                self._txn_groups.setdefault(producer_id, set()).add(group.group_id)
 
     def commit_txn_offsets(
         self, group_id: str, producer_id: int, producer_epoch: int,
-        offsets: dict[TopicPartition, OffsetToCommit], *, member_id: str = "",
+        offsets: Mapping[tuple[str, int], OffsetToCommit], *, member_id: str = "",
         generation_id: int = -1, group_instance_id: str | None = None, now_ms: int,
     ) -> CommitResult:
         """TxnOffsetCommit, once the transaction coordinator has vouched for the transaction.
@@ -49,35 +48,22 @@ class TxnOffsetsMixin(OffsetsMixin):
         """
         if not group_id:
             return CommitResult({tp: ErrorCode.invalid_group_id for tp in offsets}, None)
-        group = self._groups.get(group_id)
+        manager = self.group_manager
+        group = manager.groups.get(group_id)
         error = _validate_txn_commit(group if group is not None else Group(group_id),
                                      member_id, group_instance_id, generation_id)
         if error is not None:
             return CommitResult({tp: error for tp in offsets}, None)
-        errors, accepted = self._check_offsets(offsets, now_ms)
-        if not accepted:
-            return CommitResult(errors, None)
-        try:
-            appended = self._append_batch(group_id, offset_records(group_id, accepted), now_ms,
-                                          producer_id=producer_id, producer_epoch=producer_epoch,
-                                          transactional=True)
-        except InvalidProducerEpochError as exc:
-            # The partition has seen a newer epoch of this producer: a zombie.
-            log.info("transactional offsets of group %s refused: %s", group_id, exc)
-            errors.update({tp: ErrorCode.invalid_producer_epoch for tp in accepted})
-            return CommitResult(errors, None)
-        except Exception as exc:
-            log.exception("appending transactional offsets of group %s failed", group_id)
-            code = append_error(exc)
-            errors.update({tp: code for tp in accepted})
+        errors, written, plog = manager.write_offsets(group_id, offsets, now_ms,
+                                                      producer_id=producer_id,
+                                                      producer_epoch=producer_epoch)
+        if plog is None:
             return CommitResult(errors, None)
         if group is None:
-            group = self._new_group(group_id, now_ms)
-        group.pending_txn.setdefault(producer_id, {}).update(
-            with_log_offsets(accepted, appended.base_offset))
+            group = manager.new_group(group_id, now_ms)
+        group.pending_txn.setdefault(producer_id, {}).update(written)
         self._txn_groups.setdefault(producer_id, set()).add(group_id)
-        errors.update({tp: ErrorCode.none for tp in accepted})
-        return CommitResult(errors, appended.log)
+        return CommitResult(errors, plog)
 
     def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool,
                      now_ms: int) -> None:
@@ -88,9 +74,10 @@ class TxnOffsetsMixin(OffsetsMixin):
         groups = self._txn_groups.get(producer_id)
         if not groups:
             return
-        for group_id in [g for g in groups if self.store.partition(g) == offsets_partition]:
+        partition_for = self.group_manager.partition_for
+        for group_id in [g for g in groups if partition_for(g) == offsets_partition]:
             groups.discard(group_id)
-            group = self._groups.get(group_id)
+            group = self.group_manager.groups.get(group_id)
             pending = group.pending_txn.pop(producer_id, None) if group is not None else None
             if group is None or not pending:
                 continue
@@ -103,20 +90,20 @@ class TxnOffsetsMixin(OffsetsMixin):
 
     def has_pending(self, group_id: str) -> bool:
         """Whether the group holds offsets of a transaction not yet ended."""
-        group = self._groups.get(group_id)
+        group = self.group_manager.groups.get(group_id)
         return group is not None and bool(group.pending_txn)
 
     def pending_producers(self, offsets_partition: int) -> set[int]:
         """Producers with pending transactional offsets in this `__consumer_offsets` partition."""
         return {
             producer_id for producer_id, groups in self._txn_groups.items()
-            if any(self.store.partition(g) == offsets_partition for g in groups)
+            if any(self.group_manager.partition_for(g) == offsets_partition for g in groups)
         }
 
     def pending_partitions(self, group_id: str) -> set[TopicPartition]:
         """The partitions of the group with transactional offsets not yet committed or aborted
         (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
-        group = self._groups.get(group_id)
+        group = self.group_manager.groups.get(group_id)
         if group is None:
             return set()
         return {tp for offsets in group.pending_txn.values() for tp in offsets}

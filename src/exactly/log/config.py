@@ -1,9 +1,17 @@
 """Settings of one partition log. Broker-level `log.*` keys give the defaults, topic-level keys
-(`segment.bytes`, `retention.ms`, ...) override them per topic."""
+(`segment.bytes`, `retention.ms`, ...) override them per topic.
+
+The broker-level keys are declared here (`LOG_DIRS_KEY`, `LOG_KEYS`), as Kafka's
+`ServerLogConfigs` declares them; exactly/server/config.py gathers them into the broker's config.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from exactly.configdef import HOUR_MS, MINUTE_MS, Key, int_range, long_range, one_of, split_list
 
 FLUSH_POLICIES = ("fsync", "os")
 
@@ -20,3 +28,123 @@ class LogConfig:
     flush_policy: str = "fsync"  # log.flush.policy: fsync | os
     cleanup_policy: str = "delete"  # log.cleanup.policy / cleanup.policy: retention runs only with "delete"
     message_timestamp_type: str = "CreateTime"  # log.message.timestamp.type / message.timestamp.type
+
+
+# -- the broker's keys -------------------------------------------------------------------------
+
+def _parse_dirs(text: str) -> tuple[str, ...]:
+    dirs = split_list(text)
+    if not dirs:
+        raise ValueError("must name at least one directory")
+    return dirs
+
+
+# The data directory of the whole broker (logs, meta.properties, ACLs, SCRAM credentials).
+LOG_DIRS_KEY = Key(
+    "log.dirs",
+    "LIST",
+    "./data",
+    _parse_dirs,
+    "The data directory (comma list accepted; the first is used). Alias: log.dir.",
+    ("log.dir",),
+)
+
+LOG_KEYS: tuple[Key, ...] = (
+    Key(
+        "log.segment.bytes",
+        "INT",
+        1073741824,
+        int_range(14),
+        "Size at which a segment is rolled.",
+    ),
+    Key(
+        "log.roll.ms",
+        "LONG",
+        None,
+        long_range(1),
+        "Age at which a segment is rolled; default log.roll.hours.",
+    ),
+    Key("log.roll.hours", "INT", 168, int_range(1), "Age at which a segment is rolled, in hours."),
+    Key(
+        "log.retention.ms",
+        "LONG",
+        None,
+        long_range(-1),
+        "How long to keep a segment (-1: forever). Wins over log.retention.minutes and .hours.",
+    ),
+    Key(
+        "log.retention.minutes",
+        "INT",
+        None,
+        int_range(-1),
+        "How long to keep a segment, in minutes. Wins over log.retention.hours.",
+    ),
+    Key("log.retention.hours", "INT", 168, int_range(-1), "How long to keep a segment, in hours."),
+    Key(
+        "log.retention.bytes",
+        "LONG",
+        -1,
+        long_range(-1),
+        "Size above which a partition's oldest segments are deleted (-1: no limit).",
+    ),
+    Key(
+        "log.retention.check.interval.ms",
+        "LONG",
+        300000,
+        long_range(1),
+        "How often retention is applied.",
+    ),
+    Key(
+        "log.index.interval.bytes",
+        "INT",
+        4096,
+        int_range(0),
+        "Bytes between two entries of the offset index.",
+    ),
+    Key(
+        "log.index.size.max.bytes", "INT", 10485760, int_range(4), "Maximum size of an index file."
+    ),
+    Key("message.max.bytes", "INT", 1048588, int_range(0), "Largest record batch accepted."),
+    Key(
+        "log.flush.policy",
+        "STRING",
+        "fsync",
+        one_of(FLUSH_POLICIES),
+        "Exactly's own key. fsync: a write is acknowledged once it is on disk (survives a power "
+        "cut); os: once the OS has it (survives a crash of the broker, not of the machine).",
+    ),
+)
+
+
+def retention_ms(values: Mapping[str, Any]) -> int:
+    """The retention in force, after Kafka's log.retention.ms > .minutes > .hours precedence."""
+    if values["log.retention.ms"] is not None:
+        ms: int = values["log.retention.ms"]
+        return ms
+    if values["log.retention.minutes"] is not None:
+        minutes: int = values["log.retention.minutes"]
+        return -1 if minutes < 0 else minutes * MINUTE_MS
+    hours: int = values["log.retention.hours"]
+    return -1 if hours < 0 else hours * HOUR_MS
+
+
+def roll_ms(values: Mapping[str, Any]) -> int:
+    """The segment age in force, after Kafka's log.roll.ms > log.roll.hours precedence."""
+    ms = values["log.roll.ms"]
+    if ms is not None:
+        return int(ms)
+    return int(values["log.roll.hours"]) * HOUR_MS
+
+
+def log_config(values: Mapping[str, Any]) -> LogConfig:
+    """The broker-wide LogConfig from the typed values of the keys above."""
+    return LogConfig(
+        segment_bytes=values["log.segment.bytes"],
+        segment_ms=roll_ms(values),
+        retention_ms=retention_ms(values),
+        retention_bytes=values["log.retention.bytes"],
+        index_interval_bytes=values["log.index.interval.bytes"],
+        segment_index_bytes=values["log.index.size.max.bytes"],
+        max_message_bytes=values["message.max.bytes"],
+        flush_policy=values["log.flush.policy"],
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kio.schema.errors import ErrorCode
+from exactly.protocol.errors import ErrorCode
 
 
 class LogError(Exception):

@@ -142,6 +142,15 @@ class Writer:
         self.out.append(0)
         return self
 
+    def tagged_fields(self, fields: dict[int, bytes]) -> Writer:
+        """A tagged-field section: the count, then each field's tag, size and bytes, by tag."""
+        self.uvarint(len(fields))
+        for tag in sorted(fields):
+            data = fields[tag]
+            self.uvarint(tag).uvarint(len(data))
+            self.out += data
+        return self
+
 
 class Reader:
     """Fields read in order from `data`; running out raises `error` (default Truncated)."""

@@ -1,11 +1,20 @@
 """Broker configuration: Kafka's own broker config keys, read from a Java-style properties file,
 then `--set key=value` overrides, then the command line's explicit options.
 
+Each package declares its own keys, as Kafka's `TransactionLogConfig` and
+`GroupCoordinatorConfig` do (the `Key` type and the value parsers are in exactly/configdef.py):
+`log.*` in exactly/log/config.py, the transaction keys in exactly/txn/config.py, `group.*` and
+`offsets.*` in exactly/groups/config.py, `sasl.*`/`ssl.*` in exactly/server/auth/config.py, the
+authorizer's in exactly/server/acl/config.py. This module declares the listener, network and
+broker-identity keys, gathers every package's keys into `KEYS` (in the order DescribeConfigs
+lists them), and keeps meta.properties.
+
 An unknown key or a bad value is a `ConfigError` that names the key, the value, where it came
 from and what is allowed: a broker that starts with a typo in its config is worse than one that
 refuses to start.
 
-To add a key, add one `Key(...)` line to `KEYS` (and a line to the README's table).
+To add a key, add one `Key(...)` line to the tuple of the package it configures (and a line to
+the README's table).
 """
 
 from __future__ import annotations
@@ -14,18 +23,20 @@ import base64
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exactly.log.config import FLUSH_POLICIES, LogConfig
+# ConfigError is defined in configdef; callers keep importing it from here.
+from exactly.configdef import ConfigError, Key, int_range, parse_bool, render
+from exactly.groups.config import GROUP_KEYS, GroupConfig, check_group_keys, group_config
+from exactly.log.config import LOG_DIRS_KEY, LOG_KEYS, LogConfig, log_config, retention_ms, roll_ms
 from exactly.log.files import write_atomically
-
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
-HOUR_MS = 3_600_000
-MINUTE_MS = 60_000
+from exactly.server.acl.config import ACL_KEYS
+from exactly.server.auth.config import AUTH_KEYS, plain_users
+from exactly.txn.config import TXN_KEYS, txn_config
+from exactly.txn.state import TxnConfig
 
 # DescribeConfigs wire values (org.apache.kafka.common.requests.DescribeConfigsResponse).
 CONFIG_SOURCE_STATIC_BROKER = 4
@@ -34,13 +45,6 @@ CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-# Keys whose values DescribeConfigs hides, as Kafka hides PASSWORD keys.
-SENSITIVE_KEYS = frozenset({"sasl.plain.users", "ssl.key.password", "ssl.keystore.key"})
-
-
-class ConfigError(ValueError):
-    """A broker configuration that cannot be used. The message is meant for the operator."""
 
 
 # -- the properties file format --------------------------------------------------------------
@@ -129,48 +133,7 @@ def read_properties_file(path: str | os.PathLike[str]) -> dict[str, tuple[str, s
     return parse_properties(text, str(p))
 
 
-# -- value types -----------------------------------------------------------------------------
-
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-
-
-def _parse_int(lo: int, hi: int, minimum: int | None, maximum: int | None) -> Callable[[str], int]:
-    low = lo if minimum is None else max(lo, minimum)
-    high = hi if maximum is None else min(hi, maximum)
-
-    def parse(text: str) -> int:
-        if not _INT_RE.fullmatch(text):
-            raise ValueError(f"must be a whole number from {low} to {high}")
-        value = int(text)
-        if not low <= value <= high:
-            raise ValueError(f"must be a whole number from {low} to {high}")
-        return value
-
-    return parse
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered == "true":
-        return True
-    if lowered == "false":
-        return False
-    raise ValueError("must be true or false")
-
-
-def _parse_str(text: str) -> str:
-    if not text:
-        raise ValueError("must not be empty")
-    return text
-
-
-def _parse_enum(choices: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
-        return text
-
-    return parse
+# -- the listener, network and broker-identity keys ----------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,13 +197,6 @@ def _parse_advertised(text: str) -> tuple[Listener, ...]:
     return listeners
 
 
-def _parse_dirs(text: str) -> tuple[str, ...]:
-    dirs = tuple(d.strip() for d in text.split(",") if d.strip())
-    if not dirs:
-        raise ValueError("must name at least one directory")
-    return dirs
-
-
 _CLUSTER_ID_RE = re.compile(r"[A-Za-z0-9_\-]{1,255}")
 
 
@@ -250,29 +206,8 @@ def _parse_cluster_id(text: str) -> str:
     return text
 
 
-def _parse_mechanisms(text: str) -> tuple[str, ...]:
-    mechanisms = tuple(m.strip().upper() for m in text.split(",") if m.strip())
-    for m in mechanisms:
-        if m not in SASL_MECHANISMS:
-            raise ValueError(f"mechanism {m} is not supported; use {', '.join(SASL_MECHANISMS)}")
-    return mechanisms
-
-
-def _parse_plain_users(text: str) -> tuple[str, ...]:
-    users = tuple(item.strip() for item in text.split(",") if item.strip())
-    for item in users:
-        user, sep, _ = item.partition(":")
-        if not sep or not user:
-            raise ValueError("must be USER:PASSWORD pairs separated by commas, e.g. alice:secret")
-    return users
-
-
-def _parse_optional_str(text: str) -> str | None:
-    return text or None
-
-
 def _parse_replication_factor(text: str) -> int:
-    value = _parse_int(INT_MIN, INT_MAX, None, None)(text)
+    value = int_range()(text)
     if value != 1:
         raise ValueError("must be 1: Exactly is a single broker (use Apache Kafka for replication)")
     return value
@@ -287,44 +222,17 @@ def _parse_metrics_listen(text: str) -> str:
     return text
 
 
-# -- the keys --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Key:
-    name: str
-    type: str  # INT, LONG, BOOLEAN, STRING, LIST: what DescribeConfigs reports
-    default: Any  # the typed default; None: unset (derived from another key, or optional)
-    parse: Callable[[str], Any]
-    doc: str
-    aliases: tuple[str, ...] = ()
-
-
-def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
-    return _parse_int(INT_MIN, INT_MAX, minimum, maximum)
-
-
-def _long(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
-    return _parse_int(LONG_MIN, LONG_MAX, minimum, maximum)
-
-
-def _parse_authorizer(text: str) -> str:
-    from exactly.server.acl import AUTHORIZER_CLASS_NAMES
-
-    if text and text not in AUTHORIZER_CLASS_NAMES:
-        raise ValueError(f"must be empty (no authorization) or {AUTHORIZER_CLASS_NAMES[0]}")
-    return text
-
-
-def _parse_super_users(text: str) -> str:
-    from exactly.server.acl import parse_super_users
-
-    parse_super_users(text)
-    return text
-
+# -- every key, in the order DescribeConfigs lists them --------------------------------------
 
 _KEYS: tuple[Key, ...] = (
-    Key("node.id", "INT", 1, _int(0), "The id of this broker. Alias: broker.id.", ("broker.id",)),
+    Key(
+        "node.id",
+        "INT",
+        1,
+        int_range(0),
+        "The id of this broker. Alias: broker.id.",
+        ("broker.id",),
+    ),
     Key(
         "listeners",
         "LIST",
@@ -340,15 +248,8 @@ _KEYS: tuple[Key, ...] = (
         _parse_advertised,
         "What the broker tells clients to connect to; default: the bound listener.",
     ),
-    Key(
-        "log.dirs",
-        "LIST",
-        "./data",
-        _parse_dirs,
-        "The data directory (comma list accepted; the first is used). Alias: log.dir.",
-        ("log.dir",),
-    ),
-    Key("num.partitions", "INT", 1, _int(1), "Partitions of an auto-created topic."),
+    LOG_DIRS_KEY,
+    Key("num.partitions", "INT", 1, int_range(1), "Partitions of an auto-created topic."),
     Key(
         "default.replication.factor",
         "INT",
@@ -360,159 +261,14 @@ _KEYS: tuple[Key, ...] = (
         "auto.create.topics.enable",
         "BOOLEAN",
         True,
-        _parse_bool,
+        parse_bool,
         "Create a topic when a client asks for metadata of an unknown one.",
     ),
-    Key("delete.topic.enable", "BOOLEAN", True, _parse_bool, "Allow DeleteTopics."),
-    Key("log.segment.bytes", "INT", 1073741824, _int(14), "Size at which a segment is rolled."),
-    Key(
-        "log.roll.ms",
-        "LONG",
-        None,
-        _long(1),
-        "Age at which a segment is rolled; default log.roll.hours.",
-    ),
-    Key("log.roll.hours", "INT", 168, _int(1), "Age at which a segment is rolled, in hours."),
-    Key(
-        "log.retention.ms",
-        "LONG",
-        None,
-        _long(-1),
-        "How long to keep a segment (-1: forever). Wins over log.retention.minutes and .hours.",
-    ),
-    Key(
-        "log.retention.minutes",
-        "INT",
-        None,
-        _int(-1),
-        "How long to keep a segment, in minutes. Wins over log.retention.hours.",
-    ),
-    Key("log.retention.hours", "INT", 168, _int(-1), "How long to keep a segment, in hours."),
-    Key(
-        "log.retention.bytes",
-        "LONG",
-        -1,
-        _long(-1),
-        "Size above which a partition's oldest segments are deleted (-1: no limit).",
-    ),
-    Key(
-        "log.retention.check.interval.ms",
-        "LONG",
-        300000,
-        _long(1),
-        "How often retention is applied.",
-    ),
-    Key(
-        "log.index.interval.bytes",
-        "INT",
-        4096,
-        _int(0),
-        "Bytes between two entries of the offset index.",
-    ),
-    Key("log.index.size.max.bytes", "INT", 10485760, _int(4), "Maximum size of an index file."),
-    Key("message.max.bytes", "INT", 1048588, _int(0), "Largest record batch accepted."),
-    Key(
-        "log.flush.policy",
-        "STRING",
-        "fsync",
-        _parse_enum(FLUSH_POLICIES),
-        "Exactly's own key. fsync: a write is acknowledged once it is on disk (survives a power "
-        "cut); os: once the OS has it (survives a crash of the broker, not of the machine).",
-    ),
-    Key("socket.request.max.bytes", "INT", 104857600, _int(1), "Largest request accepted."),
-    Key(
-        "offsets.topic.num.partitions",
-        "INT",
-        50,
-        _int(1),
-        "Partitions of __consumer_offsets (fixed once the topic exists).",
-    ),
-    Key(
-        "offsets.retention.minutes",
-        "INT",
-        10080,
-        _int(1),
-        "How long committed offsets of an empty group are kept.",
-    ),
-    Key(
-        "group.initial.rebalance.delay.ms",
-        "INT",
-        3000,
-        _int(0),
-        "How long a new group waits for more members before its first rebalance.",
-    ),
-    Key("group.min.session.timeout.ms", "INT", 6000, _int(0), "Smallest session timeout allowed."),
-    Key(
-        "group.max.session.timeout.ms", "INT", 1800000, _int(0), "Largest session timeout allowed."
-    ),
-    Key(
-        "transaction.state.log.num.partitions",
-        "INT",
-        50,
-        _int(1),
-        "Partitions of __transaction_state (fixed once the topic exists).",
-    ),
-    Key(
-        "transaction.max.timeout.ms",
-        "INT",
-        900000,
-        _int(1),
-        "Largest transaction timeout a producer may ask for.",
-    ),
-    Key(
-        "transactional.id.expiration.ms",
-        "INT",
-        604800000,
-        _int(1),
-        "How long an idle transactional id is remembered.",
-    ),
-    Key(
-        "producer.id.expiration.ms",
-        "INT",
-        86400000,
-        _int(1),
-        "How long an idle idempotent producer's state is kept.",
-    ),
-    Key(
-        "producer.id.expiration.check.interval.ms",
-        "INT",
-        600000,
-        _int(1),
-        "How often idle producer ids are looked for.",
-    ),
-    Key(
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-        "INT",
-        10000,
-        _int(1),
-        "How often transactions past their timeout are looked for and aborted.",
-    ),
-    Key(
-        "transaction.partition.verification.enable",
-        "BOOLEAN",
-        True,
-        _parse_bool,
-        "KIP-890: check with the coordinator that a transaction is ongoing and holds the partition "
-        "before writing an older client's transactional batch to it.",
-    ),
-    Key(
-        "transaction.two.phase.commit.enable",
-        "BOOLEAN",
-        False,
-        _parse_bool,
-        "KIP-939: let transactional producers take part in two-phase commit (InitProducerId with "
-        "Enable2Pc: their transactions never time out). When false such a request gets "
-        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED.",
-    ),
-    Key(
-        "transaction.version",
-        "SHORT",
-        2,
-        _int(0, 2),
-        "Exactly's key for Kafka's transaction.version feature (KIP-890), finalized at this level: "
-        "2 bumps the epoch on every commit/abort and adds partitions implicitly on produce for "
-        "clients that support it; 0 and 1 keep the original protocol.",
-    ),
+    Key("delete.topic.enable", "BOOLEAN", True, parse_bool, "Allow DeleteTopics."),
+    *LOG_KEYS,
+    Key("socket.request.max.bytes", "INT", 104857600, int_range(1), "Largest request accepted."),
+    *GROUP_KEYS,
+    *TXN_KEYS,
     Key(
         "metrics.listen",
         "STRING",
@@ -528,105 +284,15 @@ _KEYS: tuple[Key, ...] = (
         _parse_cluster_id,
         "The cluster id; default: generated once and kept in meta.properties of the log dir.",
     ),
-    # -- authentication (TLS and SASL listeners) --
-    Key(
-        "sasl.enabled.mechanisms",
-        "LIST",
-        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        _parse_mechanisms,
-        "SASL mechanisms offered on SASL_PLAINTEXT and SASL_SSL listeners: PLAIN, SCRAM-SHA-256, "
-        "SCRAM-SHA-512.",
-    ),
-    Key(
-        "sasl.plain.users",
-        "LIST",
-        "",
-        _parse_plain_users,
-        "Exactly's own key (Kafka puts these in a JAAS file): the SASL/PLAIN users, "
-        "USER:PASSWORD pairs separated by commas, e.g. alice:secret,bob:pw. SCRAM users are "
-        "managed with AlterUserScramCredentials (`exactly users add-scram`) instead.",
-    ),
-    Key("ssl.keystore.type", "STRING", "PEM", _parse_enum(("PEM",)), "Only PEM is supported."),
-    Key(
-        "ssl.keystore.location",
-        "STRING",
-        None,
-        _parse_optional_str,
-        "PEM file with the server's certificate chain and private key, for SSL and SASL_SSL "
-        "listeners.",
-    ),
-    Key(
-        "ssl.keystore.certificate.chain",
-        "STRING",
-        None,
-        _parse_optional_str,
-        "The server's certificate chain in PEM, inline (instead of ssl.keystore.location).",
-    ),
-    Key(
-        "ssl.keystore.key",
-        "STRING",
-        None,
-        _parse_optional_str,
-        "The server's private key in PEM, inline (with ssl.keystore.certificate.chain).",
-    ),
-    Key("ssl.key.password", "STRING", None, _parse_optional_str,
-        "Password of an encrypted private key."),
-    Key("ssl.truststore.type", "STRING", "PEM", _parse_enum(("PEM",)), "Only PEM is supported."),
-    Key(
-        "ssl.truststore.location",
-        "STRING",
-        None,
-        _parse_optional_str,
-        "PEM file with the CA certificates that client certificates must be signed by.",
-    ),
-    Key(
-        "ssl.client.auth",
-        "STRING",
-        "none",
-        _parse_enum(("none", "requested", "required")),
-        "Whether TLS clients must present a certificate; its subject becomes the principal "
-        "(User:CN=...,O=...) on an SSL listener.",
-    ),
-    # -- authorization (ACLs) --
-    Key(
-        "authorizer.class.name",
-        "STRING",
-        "",
-        _parse_authorizer,
-        "org.apache.kafka.metadata.authorizer.StandardAuthorizer: check every request against "
-        "the ACLs (kept in acls.json in the log dir, changed with CreateAcls/DeleteAcls); empty "
-        "(the default): no authorization, every request is allowed.",
-    ),
-    Key(
-        "super.users",
-        "STRING",
-        "",
-        _parse_super_users,
-        "Principals allowed everything, separated by semicolons, e.g. User:admin;User:ops.",
-    ),
-    Key(
-        "allow.everyone.if.no.acl.found",
-        "BOOLEAN",
-        False,
-        _parse_bool,
-        "Allow a request on a resource that no ACL covers (else it is denied).",
-    ),
+    *AUTH_KEYS,
+    *ACL_KEYS,
     # Kafka's sample server.properties sets these two; Exactly runs one event loop, so they are
     # accepted (and checked) to let such a file load, and change nothing.
-    Key("num.network.threads", "INT", 3, _int(1), "Accepted for compatibility; no effect."),
-    Key("num.io.threads", "INT", 8, _int(1), "Accepted for compatibility; no effect."),
+    Key("num.network.threads", "INT", 3, int_range(1), "Accepted for compatibility; no effect."),
+    Key("num.io.threads", "INT", 8, int_range(1), "Accepted for compatibility; no effect."),
 )
 
 KEYS: dict[str, Key] = {k.name: k for k in _KEYS}
-
-
-def _default(key: Key) -> Any:
-    # List defaults are written as text, the way a user would write them.
-    if key.type == "LIST" and isinstance(key.default, str):
-        return key.parse(key.default)
-    return key.default
-
-
 ALIASES: dict[str, str] = {alias: k.name for k in _KEYS for alias in k.aliases}
 
 
@@ -654,16 +320,6 @@ class ConfigEntry:
     documentation: str
     read_only: bool = True  # nothing can be changed at run time yet
     is_sensitive: bool = False
-
-
-def _render(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 class BrokerConfig:
@@ -702,7 +358,7 @@ class BrokerConfig:
         raw: dict[str, tuple[str, str, str]] = {}
         for source in sources:
             raw.update(_canonical(source))
-        values = {name: _default(key) for name, key in KEYS.items()}
+        values = {name: key.typed_default() for name, key in KEYS.items()}
         for name, (text, where, given) in raw.items():
             text = text.strip()
             try:
@@ -716,20 +372,14 @@ class BrokerConfig:
         return cls.from_sources(None, {})
 
     def _check_together(self) -> None:
-        lo = self._values["group.min.session.timeout.ms"]
-        hi = self._values["group.max.session.timeout.ms"]
-        if lo > hi:
-            raise ConfigError(
-                f"group.min.session.timeout.ms={lo} is above group.max.session.timeout.ms={hi}: "
-                "the minimum must not exceed the maximum"
-            )
+        check_group_keys(self._values)
         listeners = self._values["listeners"]
         if any(lst.name in ("SSL", "SASL_SSL") for lst in listeners) and not (
             self._values["ssl.keystore.location"]
             or (self._values["ssl.keystore.certificate.chain"] and self._values["ssl.keystore.key"])
         ):
             raise ConfigError(
-                f"listeners={_render(listeners)!r} has a TLS listener but no server certificate: "
+                f"listeners={render(listeners)!r} has a TLS listener but no server certificate: "
                 "set ssl.keystore.location (PEM with the certificate chain and private key)"
             )
         if any(lst.name.startswith("SASL_") for lst in listeners) and not self._values[
@@ -738,15 +388,15 @@ class BrokerConfig:
             raise ConfigError("a SASL listener needs sasl.enabled.mechanisms (e.g. SCRAM-SHA-512)")
         ports = [lst.port for lst in listeners if lst.port != 0]
         if len(ports) != len(set(ports)):
-            raise ConfigError(f"listeners={_render(listeners)!r}: two listeners share a port")
+            raise ConfigError(f"listeners={render(listeners)!r}: two listeners share a port")
         advertised = self._values["advertised.listeners"]
         if advertised is not None:
             names = {lst.name for lst in self._values["listeners"]}
             for lst in advertised:
                 if lst.name not in names:
                     raise ConfigError(
-                        f"advertised.listeners={_render(advertised)!r}: listener {lst.name} is "
-                        f"not in listeners={_render(self._values['listeners'])!r}"
+                        f"advertised.listeners={render(advertised)!r}: listener {lst.name} is "
+                        f"not in listeners={render(self._values['listeners'])!r}"
                     )
 
     # -- typed access --
@@ -781,22 +431,11 @@ class BrokerConfig:
 
     @property
     def log_retention_ms(self) -> int:
-        v = self._values
-        if v["log.retention.ms"] is not None:
-            ms: int = v["log.retention.ms"]
-            return ms
-        if v["log.retention.minutes"] is not None:
-            minutes: int = v["log.retention.minutes"]
-            return -1 if minutes < 0 else minutes * MINUTE_MS
-        hours: int = v["log.retention.hours"]
-        return -1 if hours < 0 else hours * HOUR_MS
+        return retention_ms(self._values)
 
     @property
     def log_roll_ms(self) -> int:
-        ms = self._values["log.roll.ms"]
-        if ms is not None:
-            return int(ms)
-        return int(self._values["log.roll.hours"]) * HOUR_MS
+        return roll_ms(self._values)
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -829,23 +468,23 @@ class BrokerConfig:
     @property
     def plain_users(self) -> dict[str, str]:
         """sasl.plain.users as {user: password}."""
-        return dict(item.partition(":")[::2] for item in self._values["sasl.plain.users"])
+        return plain_users(self._values)
 
     @property
     def log_dir(self) -> Path:
         return Path(self._values["log.dirs"][0])
 
     def log_config(self) -> LogConfig:
-        return LogConfig(
-            segment_bytes=self._values["log.segment.bytes"],
-            segment_ms=self.log_roll_ms,
-            retention_ms=self.log_retention_ms,
-            retention_bytes=self._values["log.retention.bytes"],
-            index_interval_bytes=self._values["log.index.interval.bytes"],
-            segment_index_bytes=self._values["log.index.size.max.bytes"],
-            max_message_bytes=self._values["message.max.bytes"],
-            flush_policy=self._values["log.flush.policy"],
-        )
+        """The broker-wide defaults of every partition log (topic configs override them)."""
+        return log_config(self._values)
+
+    def txn_config(self) -> TxnConfig:
+        """The transaction coordinator's settings."""
+        return txn_config(self._values)
+
+    def group_config(self) -> GroupConfig:
+        """The group coordinator's settings."""
+        return group_config(self._values)
 
     def items(self) -> list[ConfigEntry]:
         """Every known key as DescribeConfigs reports it (aliases not repeated)."""
@@ -853,10 +492,10 @@ class BrokerConfig:
         for name, key in KEYS.items():
             explicit = name in self._explicit
             if name in ("log.retention.ms", "log.roll.ms", "advertised.listeners"):
-                value = _render(self[name]) if explicit else None
+                value = render(self[name]) if explicit else None
             else:
-                value = _render(self._values[name])
-            if name in SENSITIVE_KEYS:
+                value = render(self._values[name])
+            if key.sensitive:
                 value = None
             out.append(
                 ConfigEntry(
@@ -866,17 +505,17 @@ class BrokerConfig:
                     source=CONFIG_SOURCE_STATIC_BROKER if explicit else CONFIG_SOURCE_DEFAULT,
                     config_type=CONFIG_TYPE_IDS[key.type],
                     documentation=key.doc,
-                    is_sensitive=name in SENSITIVE_KEYS,
+                    is_sensitive=key.sensitive,
                 )
             )
         return out
 
     def as_strings(self) -> dict[str, str | None]:
         """{key: value as text} with the values in force (derived keys resolved)."""
-        return {name: _render(self[name]) for name in KEYS}
+        return {name: render(self[name]) for name in KEYS}
 
     def __repr__(self) -> str:
-        given = {name: _render(self._values[name]) for name in sorted(self._explicit)}
+        given = {name: render(self._values[name]) for name in sorted(self._explicit)}
         return f"BrokerConfig({given})"
 
 

@@ -27,11 +27,10 @@ from prometheus_client.registry import Collector
 
 from exactly.log.errors import UnknownTopicOrPartitionError
 from exactly.protocol.apis import api_name
-from exactly.server.transactions import wait_for_all_markers
 from exactly.txn.state import TxnState
 
 if TYPE_CHECKING:
-    from exactly.server.broker import Broker
+    from exactly.server.services import Services
 
 log = logging.getLogger("exactly.metrics")
 
@@ -49,10 +48,6 @@ _LATENCY = Histogram(
 )
 _BYTES_IN = Counter("exactly_bytes_in", "Request bytes received (frames).", registry=REGISTRY)
 _BYTES_OUT = Counter("exactly_bytes_out", "Response bytes sent (frames).", registry=REGISTRY)
-
-# States in which a transaction is open (holds partitions whose markers are not written).
-_OPEN_STATES = frozenset((TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
-                          TxnState.PREPARE_EPOCH_FENCE))
 
 
 def observe_request(api_key: int, seconds: float, bytes_in: int, bytes_out: int) -> None:
@@ -76,8 +71,8 @@ async def timed(api_key: int, bytes_in: int, handling: Awaitable[bytes | None]) 
 class BrokerCollector(Collector):
     """The broker's state as gauges, read when Prometheus scrapes."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, services: Services) -> None:
+        self.services = services
 
     def describe(self) -> list[Any]:
         return []  # unchecked collector: its metric names are not reserved in the registry
@@ -87,12 +82,12 @@ class BrokerCollector(Collector):
         yield self._lso_lag()
 
     def _transactions(self) -> Iterator[GaugeMetricFamily]:
-        now_ms = self.broker.now_ms()
+        now_ms = self.services.clock()
         open_max = 0
         by_state = {s.display_name: 0 for s in TxnState}
-        for meta in self.broker.txn.list_transactions(now_ms=now_ms):
+        for meta in self.services.txn.list_transactions(now_ms=now_ms):
             by_state[meta.state.display_name] += 1
-            if meta.state in _OPEN_STATES and meta.txn_start_ms >= 0:
+            if meta.state.is_open and meta.txn_start_ms >= 0:
                 open_max = max(open_max, now_ms - meta.txn_start_ms)
         g = GaugeMetricFamily(
             "exactly_transaction_active_open_time_max_ms",
@@ -114,7 +109,7 @@ class BrokerCollector(Collector):
             "High watermark minus last stable offset: records read_committed consumers cannot "
             "read yet because a transaction before them is open.",
             labels=["topic", "partition"])
-        logs = self.broker.logs
+        logs = self.services.logs
         for info in sorted(logs.topics(), key=lambda t: t.name):
             for partition in range(info.num_partitions):
                 try:
@@ -129,9 +124,9 @@ class BrokerCollector(Collector):
 class MetricsServer:
     """A minimal HTTP/1.1 server for GET /metrics, on the broker's event loop."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.collector = BrokerCollector(broker)
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.collector = BrokerCollector(services)
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -162,7 +157,7 @@ class MetricsServer:
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET /metrics\n"
             elif path in ("/metrics", "/"):
                 # Transactions whose EndTxn was answered show as complete, as they are about to.
-                await wait_for_all_markers(self.broker)
+                await self.services.transactions.wait_for_all_markers()
                 started = time.perf_counter()
                 body = generate_latest(REGISTRY)
                 log.debug("metrics scrape took %.1f ms", (time.perf_counter() - started) * 1000)

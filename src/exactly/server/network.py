@@ -28,12 +28,13 @@ from exactly.protocol.framing import MalformedRequest
 from exactly.server.auth import AuthSession, ListenerRuntime
 from exactly.server.auth.session import SaslFailure
 from exactly.server.auth.tls import principal_of
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
+from exactly.server.handlers import HANDLERS
 from exactly.server.handlers.api_versions import api_versions_response
 from exactly.server.metrics import timed
 
 if TYPE_CHECKING:
-    from exactly.server.broker import Broker
+    from exactly.server.services import Services
 
 log = logging.getLogger("exactly.server")
 
@@ -46,10 +47,12 @@ Frame = bytes | None  # None: a request answered by no response (Produce with ac
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, listener: ListenerRuntime | None = None):
-        self.broker = broker
-        self.listener = listener or ListenerRuntime("PLAINTEXT", broker.advertised_host,
-                                                    broker.advertised_port)
+    def __init__(self, services: Services, listener: ListenerRuntime,
+                 connections: set[Connection]) -> None:
+        self.services = services
+        self.listener = listener
+        self.connections = connections  # the broker's open connections, closed when it stops
+        self.max_request_bytes: int = services.config["socket.request.max.bytes"]
         self.transport: Any = None
         self.peer = self.client_host = ""
         self.session: AuthSession | None = None
@@ -69,7 +72,7 @@ class Connection(asyncio.BufferedProtocol):
         self._eof = False  # the client sent everything it will send
         # Requests are timed and counted (metrics.timed -> observe_request) only when the broker
         # serves metrics (metrics.listen).
-        self._timed: Any = timed if broker.metrics_enabled else None
+        self._timed: Any = timed if services.config["metrics.listen"] else None
 
     # -- asyncio.BufferedProtocol -------------------------------------------------------------
 
@@ -79,20 +82,20 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.client_host = peer[0] if isinstance(peer, tuple) else ""
-        broker, listener = self.broker, self.listener
+        config, listener = self.services.config, self.listener
         # On an SSL listener the client certificate names the principal; with SASL, SASL does.
         tls_principal = (principal_of(transport.get_extra_info("peercert"))
                          if listener.name == "SSL" else None)
-        self.session = AuthSession(listener, mechanisms=broker.config["sasl.enabled.mechanisms"],
-                                   plain_users=broker.config.plain_users,
-                                   scram_store=broker.scram_credentials,
+        self.session = AuthSession(listener, mechanisms=config["sasl.enabled.mechanisms"],
+                                   plain_users=config.plain_users,
+                                   scram_store=self.services.credentials,
                                    tls_principal=tls_principal)
-        broker.connections.add(self)
+        self.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         # Handlers still in the works finish; their answers have nowhere to go.
         self._closing = True
-        self.broker.connections.discard(self)
+        self.connections.discard(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
@@ -156,7 +159,7 @@ class Connection(asyncio.BufferedProtocol):
     def _take_frames(self) -> None:
         """Dispatch the complete frames in the receive buffer, in order."""
         buffer, have, pos = self._buffer, self._have, 0
-        max_bytes = self.broker.socket_request_max_bytes
+        max_bytes = self.max_request_bytes
         while not self._closing and not self._paused and have - pos >= 4:
             (size,) = framing.SIZE.unpack_from(buffer, pos)
             if size < 0 or size > max_bytes:
@@ -242,7 +245,7 @@ class Connection(asyncio.BufferedProtocol):
         if not is_supported(api_key, api_version):
             if api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with the supported range so the client can pick a version.
-                response = api_versions_response(0, self.broker.finalized_features,
+                response = api_versions_response(0, self.services.identity.finalized_features,
                                                  error_unsupported=True)
                 self._answer(framing.encode_response(api_key, 0, correlation_id, response))
                 return True
@@ -256,10 +259,10 @@ class Connection(asyncio.BufferedProtocol):
         except MalformedRequest as exc:
             self._malformed(f"{exc} (frame starts {bytes(frame[:256]).hex()})")
             return False
-        ctx = RequestContext(self.broker, api_key, api_version, correlation_id,
+        ctx = RequestContext(self.services, api_key, api_version, correlation_id,
                              header.client_id, self.client_host, session=session,
                              principal=session.principal)
-        coro = self._run(ctx, self.broker.handlers[api_key], request)
+        coro = self._run(ctx, HANDLERS[api_key], request)
         if self._timed is not None:
             coro = self._timed(api_key, len(frame) + 4, coro)
         try:
@@ -269,12 +272,12 @@ class Connection(asyncio.BufferedProtocol):
             return not session.close_after_response  # a failed authentication
         except Exception:  # noqa: BLE001 - logged by _run; the client can't match a lost answer
             return False
-        future = asyncio.ensure_future(_go_on(coro, waiting_on))
+        future = asyncio.ensure_future(_resume_handler(coro, waiting_on))
         self._pending.append(future)
         future.add_done_callback(self._on_done)
         return True
 
-    async def _run(self, ctx: RequestContext, handler: Any, request: Any) -> Frame:
+    async def _run(self, ctx: RequestContext, handler: Handler, request: Any) -> Frame:
         try:
             response = await handler(ctx, request)
         except Exception:
@@ -329,7 +332,7 @@ class Connection(asyncio.BufferedProtocol):
         log.warning("closing connection %s: malformed request: %s", self.peer, reason)
 
 
-async def _go_on(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> Frame:
+async def _resume_handler(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> Frame:
     """Drive a handler that ran inline until it waited, as an asyncio Task would have."""
     while True:
         if waiting_on is None:  # a bare yield: asyncio.sleep(0)
@@ -346,22 +349,24 @@ async def _go_on(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> Frame:
             return done.value  # type: ignore[no-any-return]
 
 
-async def start_server(broker: Broker, host: str, port: int,
-                       listener: ListenerRuntime | None = None,
+async def start_server(services: Services, connections: set[Connection], host: str, port: int,
+                       listener: ListenerRuntime,
                        ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: Connection(broker, listener), host, port,
+    return await loop.create_server(lambda: Connection(services, listener, connections),
+                                    host, port,
                                     backlog=512, ssl=ssl_context,
                                     ssl_handshake_timeout=10 if ssl_context else None)
 
 
-async def start_listeners(broker: Broker) -> list[tuple[asyncio.Server, ListenerRuntime]]:
+async def start_listeners(services: Services, connections: set[Connection],
+                          ) -> list[tuple[asyncio.Server, ListenerRuntime]]:
     """Bind every configured listener (each on its own port, TLS ones with the broker's
     certificate) and work out what each advertises."""
     from exactly.server.auth.tls import TlsConfigError, server_context
     from exactly.server.config import ConfigError
 
-    config = broker.config
+    config = services.config
     ssl_context = None
     if any(lst.name in ("SSL", "SASL_SSL") for lst in config.listeners):
         try:
@@ -373,7 +378,7 @@ async def start_listeners(broker: Broker) -> list[tuple[asyncio.Server, Listener
         for lst in config.listeners:
             runtime = ListenerRuntime(lst.name, "", 0)
             tls = ssl_context if lst.name in ("SSL", "SASL_SSL") else None
-            server = await start_server(broker, lst.host, lst.port, runtime, tls)
+            server = await start_server(services, connections, lst.host, lst.port, runtime, tls)
             bound = server.sockets[0].getsockname()
             advertised = config.advertised_for(lst.name)
             if advertised is not None and advertised[1] != 0:

@@ -1,159 +1,218 @@
-"""Carrying out the transaction coordinator's decisions: markers into the partitions.
+"""The transaction driver: carries out the transaction coordinator's decisions on the logs.
 
-The coordinator (exactly.txn) decides; the broker writes. A decided transaction is finished in
+The coordinator (exactly.txn) decides; the driver writes. A decided transaction is finished in
 the order that keeps DESIGN invariant 4: the PrepareCommit/PrepareAbort record is made durable,
 then a marker goes into every partition of the transaction (and pending transactional offsets in
 `__consumer_offsets` are applied or dropped), those are made durable, and only then is the
 transaction recorded complete.
 
 EndTxn is answered once the decision is durable, as in Apache Kafka: the outcome is fixed from
-then on (a restart rolls it forward), and the markers follow in a task of their own. While a
-transaction's markers are being written, requests for its transactional id wait for them
-(`wait_for_markers`) instead of answering CONCURRENT_TRANSACTIONS, which clients back off on.
+then on (a restart rolls it forward), and the markers follow in a task of their own, which the
+driver owns. While a transaction's markers are being written, requests for its transactional id
+wait for them (`wait_for_markers`) instead of answering CONCURRENT_TRANSACTIONS, which clients
+back off on.
+
+The driver also holds the produce side of KIP-890 (`verify_write`): a transactional batch goes
+only into a partition of its producer's ongoing transaction, added implicitly by a transaction
+version 2 client, or verified with the coordinator for an older one.
+
+Fault points (exactly.failpoints): txn.after_prepare, txn.before_markers, txn.after_markers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
-from exactly.groups import OFFSETS_TOPIC
-from exactly.log import PartitionLog
+from exactly import failpoints
+from exactly.groups import OFFSETS_TOPIC, GroupCoordinator
+from exactly.log import LogManager, PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.errors import ErrorCode, error_name
-from exactly.server.faults import fault_point, pause_point
-
-if TYPE_CHECKING:
-    from exactly.server.broker import Broker
-    from exactly.txn import TxnMarkers
+from exactly.protocol.structs import TopicPartition
+from exactly.server.appends import AppendService
+from exactly.txn import TransactionCoordinator, TxnMarkers
 
 log = logging.getLogger("exactly.transactions")
 
 
-def write_markers(broker: Broker, producer_id: int, producer_epoch: int, *, commit: bool,
-                  coordinator_epoch: int, partitions: list[tuple[str, int]],
-                  ) -> tuple[dict[tuple[str, int], ErrorCode], list[PartitionLog]]:
-    """Append a COMMIT or ABORT marker for `producer_id` to each partition."""
-    now = broker.now_ms()
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    written: list[PartitionLog] = []
-    for topic, partition in partitions:
-        try:
-            plog = broker.logs.get_log(topic, partition)
-            plog.append_marker(producer_id, producer_epoch, commit=commit,
-                               coordinator_epoch=coordinator_epoch, now_ms=now)
-        except LogError as exc:
-            # A deleted topic or a fenced marker: nothing more can be done for this partition.
-            errors[(topic, partition)] = exc.error_code
-            log.warning("marker for producer %d not written to %s-%d: %s %s", producer_id, topic,
-                        partition, error_name(exc.error_code), exc)
-            continue
-        errors[(topic, partition)] = ErrorCode.none
-        written.append(plog)
-        broker.notify_append(plog)
-        if topic == OFFSETS_TOPIC:
-            broker.groups.complete_txn(partition, producer_id, commit, now)
-    return errors, written
+class TransactionDriver:
+    def __init__(self, *, coordinator: TransactionCoordinator, groups: GroupCoordinator,
+                 logs: LogManager, appends: AppendService, clock: Callable[[], int],
+                 transaction_version: int, verification_enabled: bool) -> None:
+        self.coordinator = coordinator
+        self.groups = groups
+        self.logs = logs
+        self.appends = appends
+        self.clock = clock
+        self.transaction_version = transaction_version
+        self.verification_enabled = verification_enabled
+        # Transactional id -> set once its markers are written.
+        self._markers_in_progress: dict[str, asyncio.Event] = {}
+        self._background: set[asyncio.Task[None]] = set()  # markers after an EndTxn answer
 
+    # -- waiting for markers ----------------------------------------------------------------
 
-async def finish(broker: Broker, markers: TxnMarkers) -> tuple[int, int]:
-    """Roll a prepared transaction forward; returns the producer id and epoch now current."""
-    done = _markers_pending(broker, markers.transactional_id)
-    try:
-        await broker.sync([broker.txn.log_for(markers.transactional_id)])
-        fault_point("txn.after_prepare")
-        return await _write_and_complete(broker, markers)
-    finally:
-        _markers_done(broker, markers.transactional_id, done)
+    def writing_markers(self, transactional_id: str | None) -> bool:
+        """Are the markers of this transactional id's last transaction being written?"""
+        return transactional_id in self._markers_in_progress
 
+    async def wait_for_markers(self, transactional_id: str) -> None:
+        """Return once no markers of `transactional_id` are being written."""
+        while (done := self._markers_in_progress.get(transactional_id)) is not None:
+            await done.wait()
 
-async def decide(broker: Broker, markers: TxnMarkers) -> None:
-    """EndTxn's part of finishing: return once the PrepareX record is durable (the client may be
-    answered then), with the markers and CompleteX under way in a task of their own."""
-    done = _markers_pending(broker, markers.transactional_id)
-    try:
-        await broker.sync([broker.txn.log_for(markers.transactional_id)])
-    except BaseException:
-        _markers_done(broker, markers.transactional_id, done)
-        raise
-    fault_point("txn.after_prepare")
-    task = asyncio.create_task(_finish_in_background(broker, markers, done))
-    broker.background_tasks.add(task)
-    task.add_done_callback(broker.background_tasks.discard)
+    async def wait_for_all_markers(self) -> None:
+        """Return once the markers being written now are written (not those begun meanwhile)."""
+        for done in list(self._markers_in_progress.values()):
+            await done.wait()
 
+    # -- KIP-890: verification of a transactional write ----------------------------------------
 
-async def wait_for_markers(broker: Broker, transactional_id: str) -> None:
-    """Return once no markers of `transactional_id` are being written."""
-    while (done := broker.markers_in_progress.get(transactional_id)) is not None:
-        await done.wait()
+    def verify_write(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     tp: TopicPartition, *, implicit_add: bool) -> ErrorCode:
+        """May this producer's transactional batch go into `tp`? With `implicit_add` (a Produce
+        request of a transaction version 2 client, when the broker runs version 2) the partition
+        is added to the transaction; otherwise an older client's partition is verified, if
+        `transaction.partition.verification.enable` is on."""
+        if implicit_add and self.transaction_version >= 2:
+            error = self.coordinator.add_partitions(
+                transactional_id, producer_id, producer_epoch, [tp], now_ms=self.clock(),
+                client_transaction_version=2)[tp]
+            if error == ErrorCode.none:
+                # The coordinator must know the partition before its data can be on disk, or a
+                # power cut could leave data of a transaction nobody will end.
+                self.appends.sync_now(self.coordinator.log_for(transactional_id))
+            return error
+        if self.verification_enabled:
+            return self.coordinator.verify_partitions(transactional_id, producer_id,
+                                                      producer_epoch, [tp])[tp]
+        return ErrorCode.none
 
+    # -- finishing transactions ---------------------------------------------------------------
 
-async def wait_for_all_markers(broker: Broker) -> None:
-    """Return once the markers being written now are written (not those begun meanwhile)."""
-    for done in list(broker.markers_in_progress.values()):
-        await done.wait()
-
-
-async def _finish_in_background(broker: Broker, markers: TxnMarkers, done: asyncio.Event) -> None:
-    try:
-        await pause_point("txn.before_markers")
-        await _write_and_complete(broker, markers)
-    except Exception:
-        # The decision is durable: the next start rolls it forward. Until then the transaction
-        # stays in PrepareX and requests for it answer CONCURRENT_TRANSACTIONS, as before.
-        log.exception("markers of transaction %r (producer %d) not written; a restart rolls "
-                      "it forward", markers.transactional_id, markers.producer_id)
-    finally:
-        _markers_done(broker, markers.transactional_id, done)
-
-
-async def _write_and_complete(broker: Broker, markers: TxnMarkers) -> tuple[int, int]:
-    _, written = write_markers(broker, markers.producer_id, markers.producer_epoch,
-                               commit=markers.commit, coordinator_epoch=markers.coordinator_epoch,
-                               partitions=markers.partitions)
-    await broker.sync(written)
-    fault_point("txn.after_markers")
-    result = broker.txn.markers_written(markers.transactional_id, broker.now_ms())
-    log.debug("transaction %r of producer %d epoch %d %s in %d partition(s)",
-             markers.transactional_id, markers.producer_id, markers.producer_epoch,
-             "committed" if markers.commit else "aborted", len(markers.partitions))
-    return result
-
-
-def _markers_pending(broker: Broker, transactional_id: str) -> asyncio.Event:
-    done = asyncio.Event()
-    broker.markers_in_progress[transactional_id] = done
-    return done
-
-
-def _markers_done(broker: Broker, transactional_id: str, done: asyncio.Event) -> None:
-    if broker.markers_in_progress.get(transactional_id) is done:
-        del broker.markers_in_progress[transactional_id]
-    done.set()
-
-
-async def recover(broker: Broker) -> None:
-    """On start: finish what the coordinator had decided, then abort what nobody owns.
-
-    A partition can hold an open transaction the coordinator does not know (or no longer holds
-    that partition in): a crash between writing the data and the coordinator's record, or a
-    power cut that kept one file's pages and not the other's. Its data was never acknowledged,
-    so it is aborted; otherwise its LSO would never move again (DESIGN invariant 7).
-    """
-    for markers in broker.txn.pending_markers():
-        await finish(broker, markers)
-    written: list[PartitionLog] = []
-    for plog in broker.logs.logs():
-        for producer_id in list(plog.ongoing_transactions()):
-            owned = broker.txn.ongoing_partitions(producer_id)
-            if owned is not None and (plog.topic, plog.partition) in owned:
+    def write_markers(self, producer_id: int, producer_epoch: int, *, commit: bool,
+                      coordinator_epoch: int, partitions: Iterable[tuple[str, int]],
+                      ) -> tuple[dict[tuple[str, int], ErrorCode], list[PartitionLog]]:
+        """Append a COMMIT or ABORT marker for `producer_id` to each partition."""
+        now = self.clock()
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        written: list[PartitionLog] = []
+        for topic, partition in partitions:
+            try:
+                plog = self.logs.get_log(topic, partition)
+                plog.append_marker(producer_id, producer_epoch, commit=commit,
+                                   coordinator_epoch=coordinator_epoch, now_ms=now)
+            except LogError as exc:
+                # A deleted topic or a fenced marker: nothing more can be done for this partition.
+                errors[TopicPartition(topic, partition)] = exc.error_code
+                log.warning("marker for producer %d not written to %s-%d: %s %s", producer_id,
+                            topic, partition, error_name(exc.error_code), exc)
                 continue
-            epoch = next((p.epoch for p in plog.producers() if p.producer_id == producer_id), 0)
-            log.warning("aborting an orphaned transaction of producer %d in %s-%d",
-                        producer_id, plog.topic, plog.partition)
-            _, logs = write_markers(broker, producer_id, epoch, commit=False,
-                                    coordinator_epoch=broker.txn.config.coordinator_epoch,
-                                    partitions=[(plog.topic, plog.partition)])
-            written.extend(logs)
-    await broker.sync(written)
+            errors[TopicPartition(topic, partition)] = ErrorCode.none
+            written.append(plog)
+            self.appends.notify_append(plog)
+            if topic == OFFSETS_TOPIC:
+                self.groups.complete_txn(partition, producer_id, commit, now)
+        return errors, written
+
+    async def finish(self, markers: TxnMarkers) -> tuple[int, int]:
+        """Roll a prepared transaction forward; returns the producer id and epoch now current."""
+        done = self._markers_pending(markers.transactional_id)
+        try:
+            await self.appends.sync([self.coordinator.log_for(markers.transactional_id)])
+            failpoints.hit("txn.after_prepare")
+            return await self._write_and_complete(markers)
+        finally:
+            self._markers_done(markers.transactional_id, done)
+
+    async def decide(self, markers: TxnMarkers) -> None:
+        """EndTxn's part of finishing: return once the PrepareX record is durable (the client may
+        be answered then), with the markers and CompleteX under way in a task of the driver's."""
+        done = self._markers_pending(markers.transactional_id)
+        try:
+            await self.appends.sync([self.coordinator.log_for(markers.transactional_id)])
+        except BaseException:
+            self._markers_done(markers.transactional_id, done)
+            raise
+        failpoints.hit("txn.after_prepare")
+        task = asyncio.create_task(self._finish_in_background(markers, done))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def abort_timed_out(self) -> None:
+        """Abort the transactions past their timeout (the coordinator's tick decides which)."""
+        for markers in self.coordinator.tick(self.clock()):
+            log.info("transaction %r timed out: aborting it", markers.transactional_id)
+            await self.finish(markers)
+
+    async def recover(self) -> None:
+        """On start: finish what the coordinator had decided, then abort what nobody owns.
+
+        A partition can hold an open transaction the coordinator does not know (or no longer
+        holds that partition in): a crash between writing the data and the coordinator's record,
+        or a power cut that kept one file's pages and not the other's. Its data was never
+        acknowledged, so it is aborted; otherwise its LSO would never move again (DESIGN
+        invariant 7).
+        """
+        for markers in self.coordinator.pending_markers():
+            await self.finish(markers)
+        written: list[PartitionLog] = []
+        for plog in self.logs.logs():
+            for producer_id in list(plog.ongoing_transactions()):
+                owned = self.coordinator.ongoing_partitions(producer_id)
+                if owned is not None and (plog.topic, plog.partition) in owned:
+                    continue
+                epoch = next((p.epoch for p in plog.producers() if p.producer_id == producer_id),
+                             0)
+                log.warning("aborting an orphaned transaction of producer %d in %s-%d",
+                            producer_id, plog.topic, plog.partition)
+                _, logs = self.write_markers(
+                    producer_id, epoch, commit=False,
+                    coordinator_epoch=self.coordinator.config.coordinator_epoch,
+                    partitions=[TopicPartition(plog.topic, plog.partition)])
+                written.extend(logs)
+        await self.appends.sync(written)
+
+    async def stop(self, timeout: float = 10) -> None:
+        """Let the markers of answered commits land rather than leave them to recovery."""
+        if self._background:
+            _, late = await asyncio.wait(set(self._background), timeout=timeout)
+            for task in late:
+                task.cancel()
+
+    async def _finish_in_background(self, markers: TxnMarkers, done: asyncio.Event) -> None:
+        try:
+            await failpoints.hit_async("txn.before_markers")
+            await self._write_and_complete(markers)
+        except Exception:
+            # The decision is durable: the next start rolls it forward. Until then the
+            # transaction stays in PrepareX and requests for it answer CONCURRENT_TRANSACTIONS.
+            log.exception("markers of transaction %r (producer %d) not written; a restart rolls "
+                          "it forward", markers.transactional_id, markers.producer_id)
+        finally:
+            self._markers_done(markers.transactional_id, done)
+
+    async def _write_and_complete(self, markers: TxnMarkers) -> tuple[int, int]:
+        _, written = self.write_markers(markers.producer_id, markers.producer_epoch,
+                                        commit=markers.commit,
+                                        coordinator_epoch=markers.coordinator_epoch,
+                                        partitions=markers.partitions)
+        await self.appends.sync(written)
+        failpoints.hit("txn.after_markers")
+        result = self.coordinator.markers_written(markers.transactional_id, self.clock())
+        log.debug("transaction %r of producer %d epoch %d %s in %d partition(s)",
+                  markers.transactional_id, markers.producer_id, markers.producer_epoch,
+                  "committed" if markers.commit else "aborted", len(markers.partitions))
+        return result
+
+    def _markers_pending(self, transactional_id: str) -> asyncio.Event:
+        done = asyncio.Event()
+        self._markers_in_progress[transactional_id] = done
+        return done
+
+    def _markers_done(self, transactional_id: str, done: asyncio.Event) -> None:
+        if self._markers_in_progress.get(transactional_id) is done:
+            del self._markers_in_progress[transactional_id]
+        done.set()

@@ -15,6 +15,11 @@
        .option("checkpointLocation", "/path/to/checkpoint").start())
 
 Options and columns are those of Spark's own Kafka connector (see `exactly.spark.options`).
+`open_transactions(client, prefix)` lists the transactions an exactly-once query has open
+(transactional ids `<prefix>-<partition>`; the prefix is `exactly-spark-<queryName>` unless option
+transactionalIdPrefix sets it).
+
+`exactly demo` is an application of this connector, in `exactly.demo`; nothing here imports it.
 """
 
 from __future__ import annotations
@@ -33,10 +38,10 @@ from pyspark.sql.types import StructType
 from exactly.spark.options import OptionError, parse_read_options, parse_write_options
 from exactly.spark.sink import BatchWriter, check_input_schema
 from exactly.spark.source import SCHEMA, BatchReader
-from exactly.spark.stream_sink import StreamWriter
+from exactly.spark.stream_sink import StreamWriter, open_transactions
 from exactly.spark.stream_source import StreamReader
 
-__all__ = ["ExactlyDataSource", "OptionError", "register"]
+__all__ = ["ExactlyDataSource", "OptionError", "open_transactions", "register"]
 
 
 class ExactlyDataSource(DataSource):  # type: ignore[misc]

@@ -98,7 +98,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
         def midway(rows: int) -> None:
             if attempt == 0:  # fault points in a task fire on its first attempt only
-                failpoints.hit("spark.task.write", batch=batch)
+                failpoints.hit("spark.task.write", count=batch)
 
         if not self.exactly_once:
             with Producer(self.options.client) as producer:
@@ -134,7 +134,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         done = [m for m in messages if isinstance(m, TaskCommit)]
         records = sum(m.records for m in done)
-        failpoints.hit("spark.driver.after_prepare", batch=batchId)  # the tasks' work is done
+        failpoints.hit("spark.driver.after_prepare", count=batchId)  # the tasks' work is done
         if not self.exactly_once:
             log.info("event=spark_batch_written batch=%d records=%d", batchId, records)
             return
@@ -149,13 +149,13 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         ensure_topic(self.options.client, self.options.decisions_topic)
         record_decision(self.options.client, self.options.decisions_topic,
                         Decision(self.prefix, batchId, participants, query_id))
-        failpoints.hit("spark.driver.after_decision", batch=batchId)
+        failpoints.hit("spark.driver.after_decision", count=batchId)
         for txn_id, text in sorted(participants.items()):
             state = PreparedTxnState(text)
             with TransactionSession.resume(txn_id, state.producer_id, state.epoch,
                                            self._session_config(txn_id)) as session:
                 session.commit_transaction()
-            failpoints.hit("spark.driver.mid_complete", batch=batchId)
+            failpoints.hit("spark.driver.mid_complete", count=batchId)
         log.info("event=spark_batch_committed batch=%d records=%d participants=%d", batchId,
                  records, len(participants))
 

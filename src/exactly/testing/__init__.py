@@ -255,6 +255,7 @@ class EmbeddedBroker:
                 stdout=subprocess.PIPE,
                 stderr=log_file,
                 env=env,
+                start_new_session=True,  # a fault point's crash kills its whole session
             )
         assert self.process.stdout is not None
         self._reader = threading.Thread(

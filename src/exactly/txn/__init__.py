@@ -1,17 +1,18 @@
 """The transaction coordinator (KIP-98, KIP-890, KIP-939) as a sans-IO state machine kept in
 `__transaction_state`, and producer id allocation."""
 
+from exactly.txn.config import TxnConfig
 from exactly.txn.coordinator import TransactionCoordinator, TxnStateError
 from exactly.txn.producer_ids import ProducerIdManager
 from exactly.txn.state import (
     EndResult,
     IllegalTransitionError,
     InitResult,
-    TxnConfig,
     TxnMarkers,
     TxnMetadata,
     TxnState,
 )
+from exactly.txn.state_manager import TransactionStateManager
 from exactly.txn.store import TXN_TOPIC
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "InitResult",
     "ProducerIdManager",
     "TransactionCoordinator",
+    "TransactionStateManager",
     "TxnConfig",
     "TxnMarkers",
     "TxnMetadata",

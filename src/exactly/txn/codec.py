@@ -15,6 +15,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from exactly.protocol.primitives import I16, I64, Reader, Writer
+
 KEY_VERSION = 0
 VALUE_VERSION = 1
 
@@ -47,22 +49,8 @@ class TxnLogValue:
 # -- writing --------------------------------------------------------------------------------
 
 
-def _uvarint(out: bytearray, v: int) -> None:
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def _compact_string(out: bytearray, s: str) -> None:
-    b = s.encode()
-    _uvarint(out, len(b) + 1)
-    out += b
-
-
 def encode_key(transactional_id: str) -> bytes:
-    b = transactional_id.encode()
-    return struct.pack(">hh", KEY_VERSION, len(b)) + b
+    return bytes(Writer().i16(KEY_VERSION).string(transactional_id).out)
 
 
 def encode_value(v: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
@@ -70,162 +58,107 @@ def encode_value(v: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
         return _encode_value_v0(v)
     if version != 1:
         raise ValueError(f"TransactionLogValue version {version} is not supported (0 or 1)")
-    out = bytearray(struct.pack(">hq", 1, v.producer_id))
-    out += struct.pack(">hib", v.producer_epoch, v.txn_timeout_ms, v.status)
+    w = Writer().i16(1).i64(v.producer_id).i16(v.producer_epoch).i32(v.txn_timeout_ms)
+    w.i8(v.status)
     if v.partitions is None:
-        _uvarint(out, 0)
+        w.compact_array_length(-1)  # null (Empty)
     else:
-        _uvarint(out, len(v.partitions) + 1)
+        w.compact_array_length(len(v.partitions))
         for topic, ids in v.partitions:
-            _compact_string(out, topic)
-            _uvarint(out, len(ids) + 1)
+            w.compact_string(topic).compact_array_length(len(ids))
             for p in ids:
-                out += struct.pack(">i", p)
-            _uvarint(out, 0)  # the entry's own (empty) tagged-field section
-    out += struct.pack(">qq", v.last_update_ms, v.start_ms)
-    # Tagged fields, ascending by tag; a field equal to its default is left out.
-    tags: list[tuple[int, bytes]] = []
+                w.i32(p)
+            w.no_tagged_fields()  # the entry's own (empty) tagged-field section
+    w.i64(v.last_update_ms).i64(v.start_ms)
+    # A tagged field equal to its default is left out.
+    tags: dict[int, bytes] = {}
     if v.prev_producer_id != -1:
-        tags.append((_TAG_PREV_PRODUCER_ID, struct.pack(">q", v.prev_producer_id)))
+        tags[_TAG_PREV_PRODUCER_ID] = I64.pack(v.prev_producer_id)
     if v.next_producer_id != -1:
-        tags.append((_TAG_NEXT_PRODUCER_ID, struct.pack(">q", v.next_producer_id)))
+        tags[_TAG_NEXT_PRODUCER_ID] = I64.pack(v.next_producer_id)
     if v.client_transaction_version != 0:
-        tags.append((_TAG_CLIENT_TXN_VERSION, struct.pack(">h", v.client_transaction_version)))
+        tags[_TAG_CLIENT_TXN_VERSION] = I16.pack(v.client_transaction_version)
     if v.next_producer_epoch != -1:
-        tags.append((_TAG_NEXT_PRODUCER_EPOCH, struct.pack(">h", v.next_producer_epoch)))
-    _uvarint(out, len(tags))
-    for tag, data in tags:
-        _uvarint(out, tag)
-        _uvarint(out, len(data))
-        out += data
-    return bytes(out)
+        tags[_TAG_NEXT_PRODUCER_EPOCH] = I16.pack(v.next_producer_epoch)
+    return bytes(w.tagged_fields(tags).out)
 
 
 def _encode_value_v0(v: TxnLogValue) -> bytes:
-    out = bytearray(struct.pack(">hqhib", 0, v.producer_id, v.producer_epoch, v.txn_timeout_ms,
-                                v.status))
+    w = Writer().i16(0).i64(v.producer_id).i16(v.producer_epoch).i32(v.txn_timeout_ms)
+    w.i8(v.status)
     if v.partitions is None:
-        out += struct.pack(">i", -1)
+        w.i32(-1)
     else:
-        out += struct.pack(">i", len(v.partitions))
+        w.i32(len(v.partitions))
         for topic, ids in v.partitions:
-            b = topic.encode()
-            out += struct.pack(">h", len(b)) + b
-            out += struct.pack(">i", len(ids))
+            w.string(topic).i32(len(ids))
             for p in ids:
-                out += struct.pack(">i", p)
-    out += struct.pack(">qq", v.last_update_ms, v.start_ms)
-    return bytes(out)
+                w.i32(p)
+    return bytes(w.i64(v.last_update_ms).i64(v.start_ms).out)
 
 
 # -- reading --------------------------------------------------------------------------------
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise TxnCodecError(f"record ends early: wanted {n} bytes at {self.pos} of "
-                                f"{len(self.data)}")
-        b = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return b
-
-    def unpack(self, fmt: str) -> tuple[int, ...]:
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))
-
-    def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.take(1)[0]
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 63:
-                raise TxnCodecError("unsigned varint is too long")
-
-    def string(self) -> str:
-        (n,) = self.unpack(">h")
-        if n < 0:
-            raise TxnCodecError("null string where a string is required")
-        return self.take(n).decode()
-
-    def compact_string(self) -> str:
-        n = self.uvarint() - 1
-        if n < 0:
-            raise TxnCodecError("null compact string where a string is required")
-        return self.take(n).decode()
-
-    def tagged_fields(self) -> dict[int, bytes]:
-        fields: dict[int, bytes] = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            fields[tag] = self.take(self.uvarint())
-        return fields
-
-
 def decode_key(data: bytes) -> str:
-    r = _Reader(data)
-    (version,) = r.unpack(">h")
+    r = Reader(data, error=TxnCodecError)
+    version = r.i16()
     if version != KEY_VERSION:
         raise TxnCodecError(f"unknown TransactionLogKey version {version}")
-    return r.string()
+    return r.required_string()
 
 
 def decode_value(data: bytes) -> TxnLogValue:
-    r = _Reader(data)
-    (version,) = r.unpack(">h")
+    r = Reader(data, error=TxnCodecError)
+    version = r.i16()
     if version == 0:
         return _decode_value_v0(r)
     if version != 1:
         raise TxnCodecError(f"unknown TransactionLogValue version {version}")
-    producer_id, epoch, timeout, status = r.unpack(">qhib")
+    producer_id, epoch, timeout, status = r.i64(), r.i16(), r.i32(), r.i8()
     n = r.uvarint() - 1
     partitions: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     if n >= 0:
         entries = []
         for _ in range(n):
-            topic = r.compact_string()
-            count = r.uvarint() - 1
-            ids = tuple(r.unpack(f">{count}i")) if count > 0 else ()
+            topic = r.required_compact_string()
+            ids = _partition_ids(r, r.uvarint() - 1)
             r.tagged_fields()  # none are defined on the entry; unknown ones are skipped
             entries.append((topic, ids))
         partitions = tuple(entries)
-    last_update, start = r.unpack(">qq")
+    last_update, start = r.i64(), r.i64()
     tags = r.tagged_fields()
-    prev = _tag_int(tags, _TAG_PREV_PRODUCER_ID, ">q", -1)
-    nxt = _tag_int(tags, _TAG_NEXT_PRODUCER_ID, ">q", -1)
-    ctv = _tag_int(tags, _TAG_CLIENT_TXN_VERSION, ">h", 0)
-    next_epoch = _tag_int(tags, _TAG_NEXT_PRODUCER_EPOCH, ">h", -1)
+    prev = _tag_int(tags, _TAG_PREV_PRODUCER_ID, I64, -1)
+    nxt = _tag_int(tags, _TAG_NEXT_PRODUCER_ID, I64, -1)
+    ctv = _tag_int(tags, _TAG_CLIENT_TXN_VERSION, I16, 0)
+    next_epoch = _tag_int(tags, _TAG_NEXT_PRODUCER_EPOCH, I16, -1)
     return TxnLogValue(producer_id, epoch, timeout, status, partitions, last_update, start, prev,
                        nxt, ctv, next_epoch)
 
 
-def _tag_int(tags: dict[int, bytes], tag: int, fmt: str, default: int) -> int:
+def _partition_ids(r: Reader, count: int) -> tuple[int, ...]:
+    return tuple(r.i32() for _ in range(count))
+
+
+def _tag_int(tags: dict[int, bytes], tag: int, layout: struct.Struct, default: int) -> int:
     data = tags.get(tag)
     if data is None:
         return default
-    if len(data) != struct.calcsize(fmt):
+    if len(data) != layout.size:
         raise TxnCodecError(f"tagged field {tag} has {len(data)} bytes")
-    (value,) = struct.unpack(fmt, data)
+    (value,) = layout.unpack(data)
     return int(value)
 
 
-def _decode_value_v0(r: _Reader) -> TxnLogValue:
-    producer_id, epoch, timeout, status = r.unpack(">qhib")
-    (n,) = r.unpack(">i")
+def _decode_value_v0(r: Reader) -> TxnLogValue:
+    producer_id, epoch, timeout, status = r.i64(), r.i16(), r.i32(), r.i8()
+    n = r.i32()
     partitions: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     if n >= 0:
         entries = []
         for _ in range(n):
-            topic = r.string()
-            (count,) = r.unpack(">i")
-            ids = tuple(r.unpack(f">{count}i")) if count > 0 else ()
-            entries.append((topic, ids))
+            topic = r.required_string()
+            entries.append((topic, _partition_ids(r, r.i32())))
         partitions = tuple(entries)
-    last_update, start = r.unpack(">qq")
+    last_update, start = r.i64(), r.i64()
     return TxnLogValue(producer_id, epoch, timeout, status, partitions, last_update, start)

@@ -7,16 +7,25 @@ EndTxn of a transaction-version-2 client, producer id rotation when the epoch ov
 Kafka's TransactionCoordinator implements them, and KIP-939 (Enable2Pc: no timeout;
 KeepPreparedTxn: a second producer id/epoch pair, its rules in `two_phase.py`). Every call that
 changes state appends its record(s) to `__transaction_state` before it returns; the caller makes
-that durable (`log_for(transactional_id)`) before it answers the client.
+that durable (`log_for(transactional_id)`) before it answers the client. The states, the events
+that move them and the rules that must never break are in state.py.
+
+As Apache Kafka's TransactionCoordinator, it holds its collaborators by name: the
+`TransactionStateManager` (`state_manager`: the metadata of every id and `__transaction_state`)
+and the `ProducerIdManager` (`producer_ids`). Markers are written by the broker, which reports
+them done with `markers_written`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from exactly.log.errors import LogError
 from exactly.protocol.errors import ErrorCode
-from exactly.txn.base import CoordinatorBase
+from exactly.protocol.structs import TopicPartition
+from exactly.txn.config import TxnConfig
 from exactly.txn.state import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -24,24 +33,33 @@ from exactly.txn.state import (
     NO_TIMEOUT,
     EndResult,
     InitResult,
-    TopicPartition,
     TxnMarkers,
     TxnMetadata,
     TxnState,
     is_epoch_exhausted,
 )
+from exactly.txn.state_manager import TransactionStateManager
 from exactly.txn.two_phase import end_kept, keep_identity
 
-log = logging.getLogger("exactly.txn")
+if TYPE_CHECKING:
+    from exactly.log import LogManager, PartitionLog
+    from exactly.txn.producer_ids import ProducerIdManager
 
-E = ErrorCode
+log = logging.getLogger("exactly.txn")
 
 
 class TxnStateError(RuntimeError):
     """The broker asked for something the coordinator's state does not allow (a broker bug)."""
 
 
-class TransactionCoordinator(CoordinatorBase):
+class TransactionCoordinator:
+    def __init__(self, logs: LogManager, producer_ids: ProducerIdManager, config: TxnConfig, *,
+                 now_ms: int) -> None:
+        self.config = config
+        self.producer_ids = producer_ids
+        self.loaded_ms = now_ms
+        self.state_manager = TransactionStateManager(logs, config.num_partitions)
+
     # -- InitProducerId -------------------------------------------------------------------------
 
     def init_producer_id(self, transactional_id: str, txn_timeout_ms: int,
@@ -58,15 +76,15 @@ class TransactionCoordinator(CoordinatorBase):
         (`transaction.two.phase.commit.enable`, ACLs) is the broker's decision, made before.
         """
         if not transactional_id:
-            return InitResult(E.invalid_request)
+            return InitResult(ErrorCode.invalid_request)
         if enable_2pc:
             txn_timeout_ms = NO_TIMEOUT
         elif not 0 < txn_timeout_ms <= self.config.max_timeout_ms:
-            return InitResult(E.invalid_transaction_timeout)
+            return InitResult(ErrorCode.invalid_transaction_timeout)
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
-            return InitResult(E.invalid_request)
+            return InitResult(ErrorCode.invalid_request)
         expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
-        meta = self._txns.get(transactional_id)
+        meta = self.state_manager.get(transactional_id)
         if meta is None:
             meta = TxnMetadata(transactional_id, self.producer_ids.generate(), NO_PRODUCER_EPOCH,
                                txn_timeout_ms, TxnState.EMPTY, now_ms)
@@ -74,18 +92,18 @@ class TransactionCoordinator(CoordinatorBase):
         if state.is_prepare or state is TxnState.PREPARE_EPOCH_FENCE:
             # Wait for the markers; the client retries. (Before the identity check, unlike Kafka:
             # a version-2 client may already hold the NextProducerId of an overflow.)
-            return InitResult(E.concurrent_transactions)
+            return InitResult(ErrorCode.concurrent_transactions)
         if expected is not None and not _valid_producer_id(meta, *expected):
-            return InitResult(E.producer_fenced)
+            return InitResult(ErrorCode.producer_fenced)
         if state is TxnState.ONGOING:
             if expected is not None and expected != meta.client_identity:
                 # Stricter than Kafka: a stale producer must not abort a newer transaction.
-                return InitResult(E.producer_fenced)
+                return InitResult(ErrorCode.producer_fenced)
             if keep_prepared_txn:
                 return self._keep(meta, txn_timeout_ms, now_ms)
             # Fence the current instance: abort its transaction with a bumped epoch. That epoch
             # is never returned; the client retries and gets a second bump once it is aborted.
-            return InitResult(E.concurrent_transactions,
+            return InitResult(ErrorCode.concurrent_transactions,
                               markers=self._fence_and_abort(meta, now_ms))
         return self._init_idle(meta, txn_timeout_ms, expected, now_ms)
 
@@ -100,12 +118,12 @@ class TransactionCoordinator(CoordinatorBase):
         new.txn_last_update_ms = now_ms
         new.last_producer_id, new.last_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         new.transition(TxnState.ONGOING)
-        self._commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
+        self.state_manager.commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
         log.info("event=txn_init_keep transactional_id=%r producer_id=%d epoch=%d "
                  "ongoing_producer_id=%d ongoing_epoch=%d two_phase=%s", new.transactional_id,
                  new.next_producer_id, new.next_producer_epoch, new.producer_id,
                  new.producer_epoch, new.is_two_phase)
-        return InitResult(E.none, new.next_producer_id, new.next_producer_epoch,
+        return InitResult(ErrorCode.none, new.next_producer_id, new.next_producer_epoch,
                           ongoing_producer_id=new.producer_id,
                           ongoing_producer_epoch=new.producer_epoch)
 
@@ -134,14 +152,14 @@ class TransactionCoordinator(CoordinatorBase):
             new.last_producer_epoch = meta.producer_epoch
         elif expected[1] == meta.last_producer_epoch:
             # A retry of a bump whose answer was lost: the same answer again, nothing to write.
-            return InitResult(E.none, meta.producer_id, meta.producer_epoch)
+            return InitResult(ErrorCode.none, meta.producer_id, meta.producer_epoch)
         else:
-            return InitResult(E.producer_fenced)
+            return InitResult(ErrorCode.producer_fenced)
         new.transition(TxnState.EMPTY)
-        self._commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
+        self.state_manager.commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
         log.info("event=txn_init transactional_id=%r producer_id=%d epoch=%d",
                  new.transactional_id, new.producer_id, new.producer_epoch)
-        return InitResult(E.none, new.producer_id, new.producer_epoch)
+        return InitResult(ErrorCode.none, new.producer_id, new.producer_epoch)
 
     def _fence_and_abort(self, meta: TxnMetadata, now_ms: int) -> TxnMarkers | None:
         """Ongoing -> PrepareEpochFence -> PrepareAbort with epoch + 1 (KIP-98 expiration step i
@@ -172,18 +190,19 @@ class TransactionCoordinator(CoordinatorBase):
         if new.txn_start_ms < 0 or not new.partitions:
             new.txn_start_ms = now_ms
         if new.partitions:
-            self._commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
+            self.state_manager.commit(new, transactional_id=new.transactional_id, now_ms=now_ms)
             return self._markers(new)
         done = _completed(new, now_ms)
-        self._commit(new, done, transactional_id=new.transactional_id, now_ms=now_ms)
+        self.state_manager.commit(new, done, transactional_id=new.transactional_id, now_ms=now_ms)
         return None
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: list[TopicPartition], *, now_ms: int,
-                       client_transaction_version: int = 0) -> dict[TopicPartition, ErrorCode]:
-        """Add partitions to the transaction (starting it if none is open). One error for all.
+                       partitions: Sequence[tuple[str, int]], *, now_ms: int,
+                       client_transaction_version: int = 0) -> dict[tuple[str, int], ErrorCode]:
+        """Add partitions to the transaction (starting it if none is open). One error for all,
+        keyed by the caller's own (topic, partition) pairs: plain tuples or TopicPartition.
 
         `client_transaction_version` is 2 when the broker adds a partition implicitly for a
         KIP-890 client (AddPartitionsToTxn v5+), else 0."""
@@ -196,59 +215,61 @@ class TransactionCoordinator(CoordinatorBase):
                     client_transaction_version: int = 0) -> ErrorCode:
         """AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction."""
         if not group_id:
-            return E.invalid_request
+            return ErrorCode.invalid_request
         return self._add(transactional_id, producer_id, producer_epoch, [offsets_partition],
                          now_ms, client_transaction_version)
 
     def _add(self, transactional_id: str, producer_id: int, producer_epoch: int,
-             partitions: list[TopicPartition], now_ms: int, ctv: int) -> ErrorCode:
+             partitions: Sequence[tuple[str, int]], now_ms: int, ctv: int) -> ErrorCode:
         if not transactional_id:
-            return E.invalid_request
-        meta = self._txns.get(transactional_id)
+            return ErrorCode.invalid_request
+        meta = self.state_manager.get(transactional_id)
         if meta is None:
-            return E.invalid_producer_id_mapping
+            return ErrorCode.invalid_producer_id_mapping
         error = _check_identity(meta, producer_id, producer_epoch)
         if error is not None:
             return error
         if meta.state.is_prepare or meta.state is TxnState.PREPARE_EPOCH_FENCE:
-            return E.concurrent_transactions
+            return ErrorCode.concurrent_transactions
         if meta.is_kept:
             # KIP-939: after KeepPreparedTxn only commit/abort may follow; a write under the new
             # identity would get no marker (the markers carry the kept transaction's id).
-            return E.invalid_txn_state
+            return ErrorCode.invalid_txn_state
         wanted = set(partitions)
         if not wanted or (meta.state is TxnState.ONGOING and wanted <= meta.partitions):
-            return E.none  # nothing new: no record
+            return ErrorCode.none  # nothing new: no record
         new = meta.copy()
         if meta.state.is_idle:
             new.txn_start_ms = now_ms  # a new transaction begins
         new.transition(TxnState.ONGOING)
-        new.partitions |= wanted
+        new.partitions.update(TopicPartition(*tp) for tp in wanted - new.partitions)
         new.txn_last_update_ms = now_ms
         new.client_transaction_version = ctv
-        self._commit(new, transactional_id=transactional_id, now_ms=now_ms)
-        return E.none
+        self.state_manager.commit(new, transactional_id=transactional_id, now_ms=now_ms)
+        return ErrorCode.none
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                          partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                          partitions: Sequence[tuple[str, int]],
+                          ) -> dict[tuple[str, int], ErrorCode]:
         """AddPartitionsToTxn with verifyOnly (KIP-890 part 1): is each partition in the open
         transaction of this producer id and epoch? Writes nothing."""
         if not transactional_id:
-            return dict.fromkeys(partitions, E.invalid_request)
-        meta = self._txns.get(transactional_id)
+            return dict.fromkeys(partitions, ErrorCode.invalid_request)
+        meta = self.state_manager.get(transactional_id)
         if meta is not None and meta.is_kept:
             # The kept transaction takes no more writes: from its new owner (only commit/abort
             # may follow) nor from an older instance, which that owner fenced.
             if (producer_id, producer_epoch) == meta.client_identity:
-                return dict.fromkeys(partitions, E.invalid_txn_state)
+                return dict.fromkeys(partitions, ErrorCode.invalid_txn_state)
             if producer_id in (meta.producer_id, meta.next_producer_id):
-                return dict.fromkeys(partitions, E.producer_fenced)
+                return dict.fromkeys(partitions, ErrorCode.producer_fenced)
         if meta is None or meta.producer_id != producer_id:
-            return dict.fromkeys(partitions, E.invalid_producer_id_mapping)
+            return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)
         if meta.producer_epoch != producer_epoch:
-            return dict.fromkeys(partitions, E.producer_fenced)
+            return dict.fromkeys(partitions, ErrorCode.producer_fenced)
         ongoing = meta.state is TxnState.ONGOING
-        return {tp: E.none if ongoing and tp in meta.partitions else E.invalid_txn_state
+        return {tp: (ErrorCode.none if ongoing and tp in meta.partitions
+                     else ErrorCode.invalid_txn_state)
                 for tp in partitions}
 
     # -- EndTxn ---------------------------------------------------------------------------------
@@ -258,10 +279,10 @@ class TransactionCoordinator(CoordinatorBase):
         """EndTxn. `bump_epoch` is KIP-890 part 2 (EndTxn v5+ with transaction.version >= 2): the
         epoch is bumped with the decision and the answer carries the new producer id/epoch."""
         if not transactional_id:
-            return EndResult(E.invalid_request)
-        meta = self._txns.get(transactional_id)
+            return EndResult(ErrorCode.invalid_request)
+        meta = self.state_manager.get(transactional_id)
         if meta is None:
-            return EndResult(E.invalid_producer_id_mapping)
+            return EndResult(ErrorCode.invalid_producer_id_mapping)
         state = meta.state
         # A version-2 client retrying the EndTxn that bumped its epoch names the identity it had
         # before; only the Prepare/Complete state that this EndTxn produced may match it.
@@ -277,20 +298,21 @@ class TransactionCoordinator(CoordinatorBase):
         if state is TxnState.ONGOING:
             return self._end_ongoing(meta, commit, bump_epoch, now_ms)
         if state is TxnState.PREPARE_EPOCH_FENCE:
-            return EndResult(E.concurrent_transactions)
+            return EndResult(ErrorCode.concurrent_transactions)
         if state.is_prepare:
             same = (state is TxnState.PREPARE_COMMIT) == commit
-            return EndResult(E.concurrent_transactions if same else E.invalid_txn_state)
+            return EndResult(ErrorCode.concurrent_transactions if same
+                             else ErrorCode.invalid_txn_state)
         if state.is_complete:
             same = (state is TxnState.COMPLETE_COMMIT) == commit
             if same and (retry or not bump_epoch):
-                return EndResult(E.none, meta.producer_id, meta.producer_epoch)
+                return EndResult(ErrorCode.none, meta.producer_id, meta.producer_epoch)
             if not commit and not retry and bump_epoch:
                 return self._end_empty_abort(meta, now_ms)
-            return EndResult(E.invalid_txn_state)
+            return EndResult(ErrorCode.invalid_txn_state)
         if state is TxnState.EMPTY and not commit and bump_epoch:
             return self._end_empty_abort(meta, now_ms)
-        return EndResult(E.invalid_txn_state)
+        return EndResult(ErrorCode.invalid_txn_state)
 
     def _end_ongoing(self, meta: TxnMetadata, commit: bool, bump_epoch: bool,
                      now_ms: int) -> EndResult:
@@ -331,17 +353,27 @@ class TransactionCoordinator(CoordinatorBase):
         """The identity the client holds once the transaction is complete (what CompleteX will
         record, see `_completed`), so the broker may answer before the markers are written."""
         if new.next_producer_id != NO_PRODUCER_ID:
-            return EndResult(E.none, new.next_producer_id, new.next_producer_epoch, markers)
-        return EndResult(E.none, new.producer_id, new.producer_epoch, markers)
+            return EndResult(ErrorCode.none, new.next_producer_id, new.next_producer_epoch, markers)
+        return EndResult(ErrorCode.none, new.producer_id, new.producer_epoch, markers)
 
     # -- markers, timers --------------------------------------------------------------------------
+
+    def _markers(self, meta: TxnMetadata) -> TxnMarkers:
+        return TxnMarkers(meta.transactional_id, meta.producer_id, meta.producer_epoch,
+                          meta.state is TxnState.PREPARE_COMMIT, self.config.coordinator_epoch,
+                          meta.sorted_partitions())
+
+    def pending_markers(self) -> list[TxnMarkers]:
+        """Every transaction in PrepareCommit/PrepareAbort: its outcome is decided and its markers
+        must be written (roll forward after a restart, or a retry after a failed marker write)."""
+        return [self._markers(m) for m in self.state_manager.all() if m.state.is_prepare]
 
     def markers_written(self, transactional_id: str, now_ms: int) -> tuple[int, int]:
         """The broker wrote the markers of a PrepareX transaction: record CompleteX.
 
         Returns the producer id and epoch now current (a new id after an epoch overflow). Calling
         it again once complete is harmless."""
-        meta = self._txns.get(transactional_id)
+        meta = self.state_manager.get(transactional_id)
         if meta is None:
             raise TxnStateError(f"markers written for unknown transactional id "
                                 f"{transactional_id!r}")
@@ -351,7 +383,7 @@ class TransactionCoordinator(CoordinatorBase):
             raise TxnStateError(f"markers written for transactional id {transactional_id!r} in "
                                 f"state {meta.state.display_name}")
         done = _completed(meta.copy(), now_ms)
-        self._commit(done, transactional_id=transactional_id, now_ms=now_ms)
+        self.state_manager.commit(done, transactional_id=transactional_id, now_ms=now_ms)
         log.debug("event=txn_complete transactional_id=%r state=%s producer_id=%d epoch=%d",
                  transactional_id, done.state.display_name, done.producer_id, done.producer_epoch)
         return done.producer_id, done.producer_epoch
@@ -364,7 +396,8 @@ class TransactionCoordinator(CoordinatorBase):
         Returns the abort markers the broker must write (then `markers_written`)."""
         markers: list[TxnMarkers] = []
         expiration = self.config.transactional_id_expiration_ms
-        for txn_id, meta in sorted(self._txns.items()):
+        for meta in self.state_manager.all():
+            txn_id = meta.transactional_id
             try:
                 if (meta.state is TxnState.ONGOING and not meta.is_two_phase
                         and now_ms > meta.txn_start_ms + meta.txn_timeout_ms):
@@ -376,7 +409,7 @@ class TransactionCoordinator(CoordinatorBase):
                         markers.append(m)
                 elif meta.state.is_idle and now_ms - meta.txn_last_update_ms > expiration:
                     meta.copy().transition(TxnState.DEAD)  # checks the transition
-                    self._commit(None, transactional_id=txn_id, now_ms=now_ms)
+                    self.state_manager.commit(None, transactional_id=txn_id, now_ms=now_ms)
                     log.info("event=txn_id_expired transactional_id=%r producer_id=%d", txn_id,
                              meta.producer_id)
             except (LogError, OSError) as e:
@@ -384,6 +417,56 @@ class TransactionCoordinator(CoordinatorBase):
                 log.error("event=txn_tick_write_failed transactional_id=%r error=%r", txn_id,
                           str(e))
         return markers
+
+    # -- views (admin APIs, recovery on start) ----------------------------------------------------
+
+    @property
+    def num_partitions(self) -> int:
+        return self.state_manager.txn_log.num_partitions
+
+    def partition_for(self, transactional_id: str) -> int:
+        return self.state_manager.txn_log.partition(transactional_id)
+
+    def log_for(self, transactional_id: str) -> PartitionLog:
+        """The `__transaction_state` partition of this id: sync it before answering a request."""
+        return self.state_manager.txn_log.log_for(transactional_id)
+
+    def describe(self, transactional_id: str) -> TxnMetadata | None:
+        """A copy of the id's metadata (DescribeTransactions), None for an unknown id."""
+        meta = self.state_manager.get(transactional_id)
+        return None if meta is None else meta.copy()
+
+    def list_transactions(self, states: set[str] | None = None,
+                          producer_ids: set[int] | None = None, duration_filter_ms: int = -1, *,
+                          now_ms: int = 0) -> list[TxnMetadata]:
+        """ListTransactions: empty or None filters match everything; state names as Kafka's.
+
+        With `duration_filter_ms >= 0` only transactions started more than that long ago are
+        listed (KIP-994, the same test as Kafka's, on the start time).
+        """
+        wanted = {s for s in (TxnState.from_display_name(n) for n in states or ()) if s is not None}
+        if states and not wanted:
+            return []  # only unknown state names: nothing matches (the caller reports them)
+        out = []
+        for meta in self.state_manager.all():
+            if wanted and meta.state not in wanted:
+                continue
+            if producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if duration_filter_ms >= 0 and now_ms - meta.txn_start_ms <= duration_filter_ms:
+                continue
+            out.append(meta.copy())
+        return out
+
+    def ongoing_partitions(self, producer_id: int) -> set[TopicPartition] | None:
+        """The partitions of the open transaction of this producer id, or None if it has none.
+
+        On start the broker compares this with the open transactions its partition logs know of:
+        one the coordinator does not know can never be completed by it."""
+        return self.state_manager.ongoing_partitions(producer_id)
+
+    def transactional_ids(self) -> list[str]:
+        return self.state_manager.transactional_ids()
 
 
 def _valid_producer_id(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
@@ -402,14 +485,15 @@ def _check_identity(meta: TxnMetadata, producer_id: int, producer_epoch: int) ->
                                                   meta.next_producer_epoch)):
         # The client already got its next identity with its EndTxn answer while the markers
         # are still being written: ask it to retry, as with the same id.
-        return E.concurrent_transactions
+        return ErrorCode.concurrent_transactions
     current_id, current_epoch = meta.client_identity
     if producer_id != current_id:
         if meta.is_kept and producer_id == meta.producer_id:
-            return E.producer_fenced  # an older instance: KeepPreparedTxn moved the identity on
-        return E.invalid_producer_id_mapping
+            # An older instance: KeepPreparedTxn moved the identity on.
+            return ErrorCode.producer_fenced
+        return ErrorCode.invalid_producer_id_mapping
     if producer_epoch != current_epoch:
-        return E.producer_fenced
+        return ErrorCode.producer_fenced
     return None
 
 

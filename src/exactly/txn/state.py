@@ -1,4 +1,77 @@
-"""Transaction states and the per-transactional-id metadata (Kafka's TransactionMetadata)."""
+"""Transaction states and the per-transactional-id metadata (Kafka's TransactionState and
+TransactionMetadata).
+
+Theory of operation
+-------------------
+
+One state machine per transactional id. `TransactionCoordinator` (coordinator.py) applies the
+rules; its `TransactionStateManager` (state_manager.py) keeps the current `TxnMetadata` of every
+id and writes each new version to `__transaction_state`. The states are Kafka's:
+
+    Empty              an identity (producer id, epoch), no transaction
+    Ongoing            partitions added, their data being written
+    PrepareCommit      commit decided: markers to write
+    PrepareAbort       abort decided: markers to write
+    CompleteCommit     the commit markers are written; the id is idle again
+    CompleteAbort      the abort markers are written; the id is idle again
+    PrepareEpochFence  in memory only, for the instant of a fence (Ongoing -> PrepareAbort)
+    Dead               the id expired: written as a tombstone, never as a state
+
+The events that move them, and who sends each:
+
+    InitProducerId               client    idle -> Empty, epoch + 1 (a new producer id when the
+                                           epoch is spent); Ongoing -> fence, below; with
+                                           KeepPreparedTxn (KIP-939) Ongoing stays, kept
+    AddPartitionsToTxn,          client    idle -> Ongoing (a transaction begins),
+    AddOffsetsToTxn                        Ongoing -> Ongoing with more partitions
+    EndTxn                       client    Ongoing -> PrepareCommit/PrepareAbort; with no
+                                           partition, on to CompleteX in the same batch. A
+                                           transaction-version-2 abort with nothing open:
+                                           idle -> PrepareAbort -> CompleteAbort, epoch + 1
+    transaction timeout, fence   coordinator (tick, InitProducerId)
+                                           Ongoing -> PrepareEpochFence -> PrepareAbort with
+                                           epoch + 1: the producer is fenced, its data aborted
+    markers written              broker    PrepareX -> CompleteX (`markers_written`)
+    id expiration                coordinator (tick)
+                                           idle past transactional.id.expiration.ms -> Dead
+
+`VALID_PREVIOUS` below is the table of allowed moves; `TxnMetadata.transition` refuses any other.
+While a transaction is in PrepareX, InitProducerId, AddPartitionsToTxn and a retried EndTxn get
+CONCURRENT_TRANSACTIONS: the client retries once the markers are out.
+
+What is durable when:
+
+- Every call that changes state appends its record(s) to `__transaction_state`, one batch per
+  call, before it returns, and changes memory only once that append succeeded. The broker makes
+  the partition durable (`log_for`) before it answers the client.
+- PrepareCommit/PrepareAbort durable is the decision point (DESIGN invariant 4): EndTxn is
+  answered there, the outcome is fixed, and a restarted coordinator rolls it forward
+  (`pending_markers`).
+- CompleteCommit/CompleteAbort is written only after the markers are durable in every partition
+  of the transaction.
+
+Identities:
+
+- KIP-890 (transaction version 2): every EndTxn bumps the epoch with the decision. PrepareX
+  carries epoch + 1, the markers too, and the answer gives the client that identity, so a late
+  write under the old epoch is fenced. When the epoch is spent the client gets NextProducerId
+  with epoch 0, which CompleteX makes ProducerId.
+- KIP-939 KeepPreparedTxn keeps an ongoing transaction across a client restart with two pairs:
+  ProducerId/ProducerEpoch stay the transaction's own (its data and markers use them), and
+  NextProducerId/NextProducerEpoch are the client's. Each such InitProducerId moves the client's
+  pair on, which fences every earlier instance; only commit or abort may follow.
+
+Rules that must never break:
+
+1. An epoch never goes down for one producer id (a record that would lower it is refused on load).
+2. Once PrepareX is in the log the outcome never changes (invariant 4).
+3. A fenced identity (an older epoch, or a kept transaction's own pair) never adds to, commits or
+   aborts a newer transaction (invariant 6).
+4. A 2PC transaction (Enable2Pc, timeout -1) never times out and is never aborted by
+   InitProducerId with KeepPreparedTxn: only its client's EndTxn or a force-terminate
+   (InitProducerId without it) ends it (invariant 5).
+5. Memory never runs ahead of the log: a failed append leaves the state as it was.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +79,12 @@ import enum
 from dataclasses import dataclass, field
 
 from exactly.protocol.errors import ErrorCode
+from exactly.protocol.structs import TopicPartition
 
 MAX_EPOCH = 32767  # Short.MaxValue
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_TIMEOUT = -1  # TransactionTimeoutMs of a 2PC transaction (KIP-939): it never times out
-
-TopicPartition = tuple[str, int]
 
 
 class TxnState(enum.IntEnum):
@@ -53,7 +125,7 @@ class TxnState(enum.IntEnum):
     @property
     def is_idle(self) -> bool:
         """No transaction in progress: a new one may begin, the id may expire."""
-        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        return self in _IDLE
 
 
 _NAMES = {
@@ -65,21 +137,20 @@ _NAMES = {
 _BY_NAME = {name: state for state, name in _NAMES.items()}
 _OPEN = frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                    TxnState.PREPARE_EPOCH_FENCE})
+_IDLE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
-_S = TxnState
 # Kafka's validPreviousStates. PrepareAbort may also follow Empty/CompleteCommit/CompleteAbort:
 # Apache Kafka 4 allows that so a transaction-version-2 client can abort a transaction that never
 # added a partition (the epoch is still bumped).
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
-    _S.EMPTY: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
-    _S.ONGOING: frozenset({_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
-    _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),
-    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE, _S.EMPTY,
-                                 _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
-    _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),
-    _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),
-    _S.DEAD: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
-    _S.PREPARE_EPOCH_FENCE: frozenset({_S.ONGOING}),
+    TxnState.EMPTY: _IDLE,
+    TxnState.ONGOING: _IDLE | {TxnState.ONGOING},
+    TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
+    TxnState.PREPARE_ABORT: _IDLE | {TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE},
+    TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
+    TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
+    TxnState.DEAD: _IDLE,
+    TxnState.PREPARE_EPOCH_FENCE: frozenset({TxnState.ONGOING}),
 }
 
 

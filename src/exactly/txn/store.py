@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from exactly.log.internal_topic import InternalTopic
 from exactly.protocol.records import Record, build_batch, decode_records
+from exactly.protocol.structs import TopicPartition
 from exactly.txn.codec import TxnLogValue, encode_key, encode_value
 from exactly.txn.state import MAX_EPOCH, TxnMetadata, TxnState
 
@@ -42,7 +43,7 @@ def to_value(meta: TxnMetadata) -> TxnLogValue:
 
 def from_value(transactional_id: str, v: TxnLogValue) -> TxnMetadata:
     state = TxnState(v.status)
-    partitions = {(t, p) for t, ids in (v.partitions or ()) for p in ids}
+    partitions = {TopicPartition(t, p) for t, ids in (v.partitions or ()) for p in ids}
     next_epoch = v.next_producer_epoch
     if v.next_producer_id >= 0 and next_epoch < 0:
         next_epoch = 0  # written before KIP-939: NextProducerId only came with an epoch of 0

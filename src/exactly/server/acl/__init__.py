@@ -1,11 +1,14 @@
 """Authorization: Kafka's ACL model and StandardAuthorizer rules, with the ACLs kept in the log
 dir. `make_authorizer(config)` gives None when `authorizer.class.name` is empty: then every
-request is allowed, as in a Kafka broker without an authorizer."""
+request is allowed, as in a Kafka broker without an authorizer. The keys are declared in
+config.py of this package (ACL_KEYS)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
+from exactly.configdef import ConfigError
 from exactly.server.acl.authorizer import AUTHORIZER_CLASS_NAMES, Authorizer, parse_super_users
 from exactly.server.acl.model import (
     CLUSTER_NAME,
@@ -20,19 +23,25 @@ from exactly.server.acl.model import (
 )
 from exactly.server.acl.store import AclStore, AclStoreError
 
-if TYPE_CHECKING:
-    from exactly.server.config import BrokerConfig
-
 __all__ = [
     "AUTHORIZER_CLASS_NAMES", "CLUSTER_NAME", "AccessControlEntry", "AclBinding",
-    "AclBindingFilter", "AclStore", "AclStoreError", "Authorizer", "Operation", "PatternType",
-    "Permission", "ResourcePattern", "ResourceType", "make_authorizer", "parse_super_users",
+    "AclBindingFilter", "AclSettings", "AclStore", "AclStoreError", "Authorizer", "Operation",
+    "PatternType", "Permission", "ResourcePattern", "ResourceType", "make_authorizer",
+    "parse_super_users",
 ]
 
 
-def make_authorizer(config: BrokerConfig) -> Authorizer | None:
-    from exactly.server.config import ConfigError
+class AclSettings(Protocol):
+    """What make_authorizer reads of the broker's config (BrokerConfig is one): the keys of
+    ACL_KEYS by name, and the log dir that holds acls.json."""
 
+    def __getitem__(self, key: str) -> Any: ...
+
+    @property
+    def log_dir(self) -> Path: ...
+
+
+def make_authorizer(config: AclSettings) -> Authorizer | None:
     if not config["authorizer.class.name"]:
         return None
     try:

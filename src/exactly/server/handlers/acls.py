@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from enum import IntEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
@@ -27,6 +27,11 @@ from exactly.server.acl.model import validate_new_binding
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE
 
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
+
 log = logging.getLogger("exactly.acls")
 
 NO_AUTHORIZER = "no authorizer is configured: set authorizer.class.name on the broker"
@@ -40,7 +45,26 @@ def _enum(cls: type[E], value: int) -> E:
         return cls(0)  # every one of these enums has UNKNOWN = 0
 
 
-def _filter(f: Any) -> AclBindingFilter:
+class _FilterFields(Protocol):
+    """An ACL filter as DescribeAcls and DeleteAcls carry it, in every version."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+    @property
+    def resource_name_filter(self) -> str | None: ...
+    @property
+    def pattern_type_filter(self) -> int: ...
+    @property
+    def principal_filter(self) -> str | None: ...
+    @property
+    def host_filter(self) -> str | None: ...
+    @property
+    def operation(self) -> int: ...
+    @property
+    def permission_type(self) -> int: ...
+
+
+def _filter(f: _FilterFields) -> AclBindingFilter:
     return AclBindingFilter(
         _enum(ResourceType, f.resource_type_filter), f.resource_name_filter,
         _enum(PatternType, f.pattern_type_filter), f.principal_filter, f.host_filter,
@@ -48,11 +72,12 @@ def _filter(f: Any) -> AclBindingFilter:
 
 
 def _authorizer(ctx: RequestContext) -> Authorizer | None:
-    return getattr(ctx.broker, "authorizer", None)
+    return ctx.services.authorizer
 
 
-async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
-    def error(code: ErrorCode, message: str) -> Any:
+async def handle_describe_acls(ctx: RequestContext,
+                              request: DescribeAclsRequest) -> ResponsePayload:
+    def error(code: ErrorCode, message: str) -> ResponsePayload:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
                             resources=())
 
@@ -81,8 +106,8 @@ async def handle_describe_acls(ctx: RequestContext, request: Any) -> Any:
                         resources=resources)
 
 
-async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
-    def results(codes: list[tuple[ErrorCode, str | None]]) -> Any:
+async def handle_create_acls(ctx: RequestContext, request: CreateAclsRequest) -> ResponsePayload:
+    def results(codes: list[tuple[ErrorCode, str | None]]) -> ResponsePayload:
         return ctx.response(throttle_time=NO_THROTTLE, results=tuple(
             ctx.nested("AclCreationResult", error_code=c, error_message=m) for c, m in codes))
 
@@ -117,7 +142,7 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> Any:
     return results(outcome)
 
 
-async def handle_delete_acls(ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_acls(ctx: RequestContext, request: DeleteAclsRequest) -> ResponsePayload:
     def result(code: ErrorCode, message: str | None, matching: tuple[Any, ...] = ()) -> Any:
         return ctx.nested("DeleteAclsFilterResult", error_code=code, error_message=message,
                           matching_acls=matching)

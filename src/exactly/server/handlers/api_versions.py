@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, response_module
 from exactly.protocol.errors import ErrorCode
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import ApiVersionsRequest
 
 # Features this broker supports, as (min, max) levels (KIP-584). What is finalized comes from the
 # configuration: `transaction.version` (KIP-890).
@@ -15,8 +21,8 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"transaction.version": (0, 2)}
 FINALIZED_FEATURES_EPOCH = 1
 
 
-def api_versions_response(version: int, finalized: dict[str, int], *,
-                          error_unsupported: bool = False) -> Any:
+def api_versions_response(version: int, finalized: Mapping[str, int], *,
+                          error_unsupported: bool = False) -> ResponsePayload:
     module = response_module(ApiKey.API_VERSIONS, version)
     if not hasattr(module, "SupportedFeatureKey"):  # v0–v2 carry no features
         return build(module.ApiVersionsResponse,
@@ -46,8 +52,9 @@ def _api_keys(module: Any) -> tuple[Any, ...]:
                  for key, (lo, hi) in sorted(SUPPORTED.items()))
 
 
-async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
-    return api_versions_response(ctx.api_version, ctx.broker.finalized_features)
+async def handle_api_versions(ctx: RequestContext,
+                              request: ApiVersionsRequest) -> ResponsePayload:
+    return api_versions_response(ctx.api_version, ctx.services.identity.finalized_features)
 
 
-HANDLERS = {ApiKey.API_VERSIONS: handle_api_versions}
+HANDLERS: dict[int, Handler] = {ApiKey.API_VERSIONS: handle_api_versions}

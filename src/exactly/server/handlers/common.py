@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any
 
 from exactly.log import PartitionLog, TopicInfo
 from exactly.log.errors import LogError
@@ -16,19 +15,18 @@ NO_THROTTLE = datetime.timedelta(0)
 
 def advertised_address(ctx: RequestContext) -> tuple[str, int]:
     """Host and port of the listener this request came in on, as advertised to clients."""
-    if ctx.session is not None:
-        return ctx.session.advertised  # type: ignore[no-any-return]
-    return ctx.broker.advertised_host, ctx.broker.advertised_port
+    return ctx.session.advertised
 
 
-def topic_of(ctx: RequestContext, entry: Any) -> tuple[TopicInfo | None, str | None, uuid.UUID | None]:
-    """Resolve a request's topic by name (older versions) or by topic id (KIP-516 versions)."""
+def topic_of(ctx: RequestContext, entry: object) -> tuple[TopicInfo | None, str | None, uuid.UUID | None]:
+    """Resolve a request's topic entry (any version's) by name (older versions) or by topic id
+    (KIP-516 versions)."""
     name = getattr(entry, "name", None) or getattr(entry, "topic", None)
     topic_id = getattr(entry, "topic_id", None)
     if name:
-        return ctx.broker.logs.topic(name), name, topic_id
+        return ctx.services.logs.topic(name), name, topic_id
     if topic_id is not None:
-        info = ctx.broker.logs.topic_by_id(topic_id)
+        info = ctx.services.logs.topic_by_id(topic_id)
         return info, (info.name if info else None), topic_id
     return None, None, topic_id
 
@@ -43,6 +41,6 @@ def partition_log(ctx: RequestContext, info: TopicInfo | None, partition: int) -
     if info is None or not 0 <= partition < info.num_partitions:
         return None
     try:
-        return ctx.broker.logs.get_log(info.name, partition)
+        return ctx.services.logs.get_log(info.name, partition)
     except LogError:
         return None

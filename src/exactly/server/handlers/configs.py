@@ -3,32 +3,51 @@ described (read only)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import CLUSTER_NAME, Operation, ResourceType
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, advertised_address
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import (
+        DescribeClusterRequest,
+        DescribeConfigsRequest,
+        IncrementalAlterConfigsRequest,
+    )
 
 TOPIC, BROKER = 2, 4
 SOURCE = {"TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def _entries(ctx: RequestContext, resource: Any) -> list[tuple[str, str | None, str, bool, bool]]:
+class _Resource(Protocol):
+    """A config resource, as DescribeConfigs and IncrementalAlterConfigs name it."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+def _entries(ctx: RequestContext, resource: _Resource) -> list[tuple[str, str | None, str, bool, bool]]:
     """(name, value, source, read_only, sensitive) of a resource; raises LookupError if unknown."""
     if resource.resource_type == TOPIC:
-        if ctx.broker.logs.topic(resource.resource_name) is None:
+        if ctx.services.logs.topic(resource.resource_name) is None:
             raise LookupError(resource.resource_name)
         return [(e.name, e.value, e.source, e.read_only, e.sensitive)
-                for e in ctx.broker.logs.describe_topic_configs(resource.resource_name)]
+                for e in ctx.services.logs.describe_topic_configs(resource.resource_name)]
     return [(e.name, e.value, "DEFAULT_CONFIG" if e.is_default else "STATIC_BROKER_CONFIG",
-             e.read_only, e.is_sensitive) for e in ctx.broker.config.items()]
+             e.read_only, e.is_sensitive) for e in ctx.services.config.items()]
 
 
-def _denied(ctx: RequestContext, operation: Operation, res: Any) -> ErrorCode | None:
+def _denied(ctx: RequestContext, operation: Operation, res: _Resource) -> ErrorCode | None:
     """Kafka: a topic's configs need the operation on the topic, a broker's on the cluster."""
     if res.resource_type == TOPIC:
         if not ctx.authorize(operation, ResourceType.TOPIC, res.resource_name):
@@ -39,14 +58,15 @@ def _denied(ctx: RequestContext, operation: Operation, res: Any) -> ErrorCode | 
     return None
 
 
-async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_configs(ctx: RequestContext,
+                                  request: DescribeConfigsRequest) -> ResponsePayload:
     results = []
     for res in request.resources:
         error, message, configs = ErrorCode.none, None, []
         denied = _denied(ctx, Operation.DESCRIBE_CONFIGS, res)
         if denied is not None:
             error = denied
-        elif res.resource_type == BROKER and res.resource_name not in ("", str(ctx.broker.node_id)):
+        elif res.resource_type == BROKER and res.resource_name not in ("", str(ctx.services.identity.node_id)):
             error, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
         elif res.resource_type not in (TOPIC, BROKER):
             error, message = ErrorCode.invalid_request, f"resource type {res.resource_type} not supported"
@@ -71,7 +91,9 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_incremental_alter_configs(ctx: RequestContext,
+                                           request: IncrementalAlterConfigsRequest,
+                                           ) -> ResponsePayload:
     responses = []
     for res in request.resources:
         error, message = ErrorCode.none, None
@@ -81,7 +103,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
         elif res.resource_type != TOPIC:
             error = ErrorCode.invalid_request
             message = "only topic configs can be altered; broker configs are static"
-        elif ctx.broker.logs.topic(res.resource_name) is None:
+        elif ctx.services.logs.topic(res.resource_name) is None:
             error = ErrorCode.unknown_topic_or_partition
             message = f"topic {res.resource_name!r} does not exist"
         else:
@@ -98,7 +120,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
                               "these (non-list) configs"
             if error == ErrorCode.none:
                 try:
-                    ctx.broker.logs.alter_topic_configs(res.resource_name, to_set, to_delete,
+                    ctx.services.logs.alter_topic_configs(res.resource_name, to_set, to_delete,
                                                         validate_only=request.validate_only)
                 except LogError as exc:
                     error, message = exc.error_code, str(exc)
@@ -108,8 +130,9 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(responses))
 
 
-async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.nested("DescribeClusterBroker", broker_id=ctx.broker.node_id,
+async def handle_describe_cluster(ctx: RequestContext,
+                                  request: DescribeClusterRequest) -> ResponsePayload:
+    broker = ctx.nested("DescribeClusterBroker", broker_id=ctx.services.identity.node_id,
                         host=advertised_address(ctx)[0], port=advertised_address(ctx)[1],
                         rack=None)
     # Kafka checks nothing here but reports the cluster's authorized operations when asked.
@@ -120,11 +143,11 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                         endpoint_type=getattr(request, "endpoint_type", 1),
                         cluster_authorized_operations=ops,
-                        cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.node_id,
+                        cluster_id=ctx.services.identity.cluster_id, controller_id=ctx.services.identity.node_id,
                         brokers=(broker,))
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,

@@ -7,16 +7,22 @@ client to keep sending full fetch requests, as Kafka allows.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exactly.log import PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import Operation, ResourceType
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log, topic_of, unknown_topic_error
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import FetchRequest
 
 READ_COMMITTED = 1
 
@@ -30,12 +36,18 @@ class _Wanted:
     error: ErrorCode
 
 
-async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
-    if request.session_id != 0 and request.session_epoch not in (-1, 0):
-        # We never hand out sessions, so an incremental fetch names one we don't know.
+# A requested topic: its entry in the request, its name and id, its partitions.
+_Topic = tuple[object, str | None, uuid.UUID | None, list[_Wanted]]
+
+
+async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> ResponsePayload:
+    # Fetch sessions (KIP-227) are v7+. We never hand out sessions, so an incremental fetch names
+    # one we don't know.
+    if (getattr(request, "session_id", 0) != 0
+            and getattr(request, "session_epoch", 0) not in (-1, 0)):
         return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
                             session_id=0, responses=())
-    wanted: list[tuple[Any, str | None, Any, list[_Wanted]]] = []
+    wanted: list[_Topic] = []
     logs: list[PartitionLog] = []
     follower = _replica_id(request) >= 0
     for topic in request.topics:
@@ -60,10 +72,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
         if total >= request.min_bytes or remaining <= 0 or not logs:
             return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
                                 responses=responses)
-        await ctx.broker.wait_for_append(logs, remaining)
+        await ctx.services.appends.wait_for_append(logs, remaining)
 
 
-def _replica_id(request: Any) -> int:
+def _replica_id(request: FetchRequest) -> int:
     replica_id = getattr(request, "replica_id", None)
     if replica_id is None:  # v15+: in ReplicaState
         state = getattr(request, "replica_state", None)
@@ -71,8 +83,9 @@ def _replica_id(request: Any) -> int:
     return int(replica_id)
 
 
-def _read(ctx: RequestContext, request: Any, wanted: list[Any]) -> tuple[tuple[Any, ...], int]:
-    budget = request.max_bytes
+def _read(ctx: RequestContext, request: FetchRequest,
+          wanted: list[_Topic]) -> tuple[tuple[Any, ...], int]:
+    budget: int = request.max_bytes
     total = 0
     responses = []
     committed = request.isolation_level == READ_COMMITTED
@@ -111,4 +124,4 @@ def _read(ctx: RequestContext, request: Any, wanted: list[Any]) -> tuple[tuple[A
     return tuple(responses), total
 
 
-HANDLERS = {ApiKey.FETCH: handle_fetch}
+HANDLERS: dict[int, Handler] = {ApiKey.FETCH: handle_fetch}

@@ -10,16 +10,39 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from typing import Any
-
-from kio.schema.errors import ErrorCode
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from exactly.groups import OFFSETS_TOPIC, GroupCoordinator, JoinResult, OffsetToCommit, SyncResult
 from exactly.protocol.apis import ApiKey
+from exactly.protocol.errors import ErrorCode
+from exactly.protocol.structs import TopicPartition
 from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import advertised_address
-from exactly.server.transactions import wait_for_markers
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import (
+        DeleteGroupsRequest,
+        DescribeGroupsRequest,
+        FindCoordinatorRequest,
+        FindCoordinatorRequestFromV4,
+        FindCoordinatorRequestUpToV3,
+        HeartbeatRequest,
+        JoinGroupRequest,
+        LeaveGroupRequest,
+        LeaveGroupRequestFromV3,
+        LeaveGroupRequestUpToV2,
+        ListGroupsRequest,
+        OffsetCommitRequest,
+        OffsetFetchRequest,
+        OffsetFetchRequestFromV8,
+        OffsetFetchRequestUpToV7,
+        SyncGroupRequest,
+        TxnOffsetCommitRequest,
+    )
 
 NO_THROTTLE = datetime.timedelta(0)
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
@@ -51,14 +74,15 @@ def _topic_errors(ctx: RequestContext, operation: Operation,
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
-    return ctx.broker.groups  # type: ignore[no-any-return]
+    return ctx.services.groups
 
 
 # -- FindCoordinator --------------------------------------------------------------------------
 
 
-async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
+async def handle_find_coordinator(ctx: RequestContext,
+                                  request: FindCoordinatorRequest) -> ResponsePayload:
+    node_id = ctx.services.identity.node_id
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
 
     def answer(key: str) -> tuple[ErrorCode, str | None]:
@@ -75,18 +99,18 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
     def fields(error: ErrorCode) -> dict[str, Any]:
         ok = error is ErrorCode.none
-        return {"node_id": broker.node_id if ok else -1,
+        return {"node_id": node_id if ok else -1,
                 "host": advertised_address(ctx)[0] if ok else "",
                 "port": advertised_address(ctx)[1] if ok else -1}
 
     if ctx.api_version >= 4:
         coordinators = []
-        for key in request.coordinator_keys:
+        for key in cast("FindCoordinatorRequestFromV4", request).coordinator_keys:
             error, message = answer(key)
             coordinators.append(ctx.nested("Coordinator", key=key, error_code=error,
                                            error_message=message, **fields(error)))
         return ctx.response(throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
-    error, message = answer(request.key)
+    error, message = answer(cast("FindCoordinatorRequestUpToV3", request).key)
     return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message,
                         **fields(error))
 
@@ -94,7 +118,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -------------------------------------------
 
 
-async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> ResponsePayload:
     if not _may(ctx, Operation.READ, request.group_id):
         return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
                             generation_id=-1, protocol_type=None,
@@ -120,7 +144,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         protocols=[(p.name, p.metadata) for p in request.protocols],
         # MEMBER_ID_REQUIRED is understood from v4 on (KIP-394).
         require_known_member_id=ctx.api_version >= 4,
-        now_ms=ctx.broker.now_ms(), respond=respond,
+        now_ms=ctx.services.clock(), respond=respond,
     )
     result = await future
     error = result.error
@@ -142,7 +166,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+async def handle_sync_group(ctx: RequestContext, request: SyncGroupRequest) -> ResponsePayload:
     if not _may(ctx, Operation.READ, request.group_id):
         return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
                             protocol_type=None, protocol_name=None, assignment=b"")
@@ -161,7 +185,7 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
         protocol_type=getattr(request, "protocol_type", None),
         protocol_name=getattr(request, "protocol_name", None),
         assignments={a.member_id: a.assignment for a in request.assignments},
-        now_ms=ctx.broker.now_ms(), respond=respond,
+        now_ms=ctx.services.clock(), respond=respond,
     )
     result = await future
     return ctx.response(throttle_time=NO_THROTTLE, error_code=result.error,
@@ -169,27 +193,29 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
                         assignment=result.assignment)
 
 
-async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+async def handle_heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> ResponsePayload:
     if not _may(ctx, Operation.READ, request.group_id):
         return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed)
     error = _coordinator(ctx).heartbeat(
         group_id=request.group_id, member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
-        generation_id=request.generation_id, now_ms=ctx.broker.now_ms(),
+        generation_id=request.generation_id, now_ms=ctx.services.clock(),
     )
     return ctx.response(throttle_time=NO_THROTTLE, error_code=error)
 
 
-async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+async def handle_leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> ResponsePayload:
     if not _may(ctx, Operation.READ, request.group_id):
         return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
                             members=())
+    identities: list[tuple[str, str | None]]
     if ctx.api_version >= 3:
-        identities = [(m.member_id, m.group_instance_id) for m in request.members]
+        identities = [(m.member_id, m.group_instance_id)
+                      for m in cast("LeaveGroupRequestFromV3", request).members]
     else:
-        identities = [(request.member_id, None)]
+        identities = [(cast("LeaveGroupRequestUpToV2", request).member_id, None)]
     top, errors = _coordinator(ctx).leave_group(group_id=request.group_id, members=identities,
-                                               now_ms=ctx.broker.now_ms())
+                                               now_ms=ctx.services.clock())
     if ctx.api_version < 3:
         # v0-2 have one error code: the top-level one, else the member's (Kafka's getError).
         error = top if top is not ErrorCode.none else (errors[0] if errors else top)
@@ -204,8 +230,9 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 # -- OffsetCommit / OffsetFetch ---------------------------------------------------------------
 
 
-async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
-    offsets = {
+async def handle_offset_commit(ctx: RequestContext,
+                               request: OffsetCommitRequest) -> ResponsePayload:
+    offsets: dict[tuple[str, int], OffsetToCommit] = {
         (topic.name, p.partition_index): OffsetToCommit(
             p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
         for topic in request.topics for p in topic.partitions
@@ -220,12 +247,12 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             group_id=request.group_id, member_id=request.member_id,
             group_instance_id=getattr(request, "group_instance_id", None),
             generation_id=request.generation_id_or_member_epoch, offsets=offsets,
-            now_ms=ctx.broker.now_ms(),
+            now_ms=ctx.services.clock(),
         )
         errors.update(result.errors)
         if result.log is not None:
             # Acknowledge a commit only once it is durable under the flush policy.
-            await ctx.broker.sync([result.log])
+            await ctx.services.appends.sync([result.log])
     topics = tuple(
         ctx.nested("OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
             ctx.nested("OffsetCommitResponsePartition", partition_index=p.partition_index,
@@ -259,10 +286,11 @@ def _txn_error(version: int, error: ErrorCode) -> ErrorCode:
     return ErrorCode.coordinator_not_available
 
 
-async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+async def handle_txn_offset_commit(ctx: RequestContext,
+                                   request: TxnOffsetCommitRequest) -> ResponsePayload:
     coordinator = _coordinator(ctx)
-    broker = ctx.broker
-    offsets = {
+    services = ctx.services
+    offsets: dict[tuple[str, int], OffsetToCommit] = {
         (topic.name, p.partition_index): OffsetToCommit(
             p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
         for topic in request.topics for p in topic.partitions
@@ -281,13 +309,13 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
         if denied and not offsets:
             errors = denied
     if errors is None and group_id:  # an empty group id gets INVALID_GROUP_ID from the coordinator
-        tp = (OFFSETS_TOPIC, coordinator.offsets_partition(group_id))
-        txn = broker.txn
-        await wait_for_markers(broker, txn_id)
+        tp = TopicPartition(OFFSETS_TOPIC, coordinator.offsets_partition(group_id))
+        txn = services.txn
+        await services.transactions.wait_for_markers(txn_id)
         if ctx.api_version >= 5:
             # Transaction version 2 (KIP-890 part 2): the client sends no AddOffsetsToTxn; this
             # request adds the group's offsets partition to the transaction itself.
-            checked = txn.add_partitions(txn_id, pid, epoch, [tp], now_ms=broker.now_ms(),
+            checked = txn.add_partitions(txn_id, pid, epoch, [tp], now_ms=services.clock(),
                                          client_transaction_version=2)
         else:
             checked = txn.verify_partitions(txn_id, pid, epoch, [tp])
@@ -302,7 +330,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             group_id, pid, epoch, offsets, member_id=getattr(request, "member_id", ""),
             generation_id=getattr(request, "generation_id", -1),
             group_instance_id=getattr(request, "group_instance_id", None),
-            now_ms=broker.now_ms(),
+            now_ms=services.clock(),
         )
         errors = {**denied, **result.errors}
         if result.log is not None:
@@ -310,7 +338,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     if to_sync:
         # Acknowledge only once the offsets (and the partition's place in the transaction) are
         # durable under the flush policy.
-        await broker.sync(to_sync)
+        await services.appends.sync(to_sync)
     topics = tuple(
         ctx.nested("TxnOffsetCommitResponseTopic", name=topic.name, partitions=tuple(
             ctx.nested("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
@@ -321,7 +349,18 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
 
 
-def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: str,
+class _TopicPartitionIndexes(Protocol):
+    """A topic and partition indexes, as every OffsetFetch version nests them."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partition_indexes(self) -> tuple[int, ...]: ...
+
+
+def _fetch_topics(ctx: RequestContext, group_id: str,
+                  topics: Sequence[_TopicPartitionIndexes] | None, *, suffix: str,
                   require_stable: bool) -> tuple:
     """One group's OffsetFetch answer. `suffix` is "" for v1-7 names, "s" for the v8+ ones.
 
@@ -369,7 +408,8 @@ def _fetch_topics(ctx: RequestContext, group_id: str, topics: Any, *, suffix: st
     )
 
 
-async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_fetch(ctx: RequestContext,
+                              request: OffsetFetchRequest) -> ResponsePayload:
     stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
         groups = tuple(
@@ -377,12 +417,13 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                        error_code=_group_error(ctx, g.group_id),
                        topics=_fetch_topics(ctx, g.group_id, g.topics, suffix="s",
                                             require_stable=stable))
-            for g in request.groups
+            for g in cast("OffsetFetchRequestFromV8", request).groups
         )
         return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
-    topics = _fetch_topics(ctx, request.group_id, request.topics, suffix="",
+    single = cast("OffsetFetchRequestUpToV7", request)
+    topics = _fetch_topics(ctx, single.group_id, single.topics, suffix="",
                            require_stable=stable)
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=_group_error(ctx, request.group_id),
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=_group_error(ctx, single.group_id),
                         topics=topics)
 
 
@@ -395,7 +436,8 @@ def _group_error(ctx: RequestContext, group_id: str) -> ErrorCode:
 # -- DescribeGroups / ListGroups / DeleteGroups -----------------------------------------------
 
 
-async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_groups(ctx: RequestContext,
+                                 request: DescribeGroupsRequest) -> ResponsePayload:
     coordinator = _coordinator(ctx)
     described = []
     with_ops = bool(getattr(request, "include_authorized_operations", False))
@@ -423,7 +465,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ResponsePayload:
     states = set(getattr(request, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     # Every group here is a classic group (KIP-848 consumer groups are not implemented).
@@ -438,12 +480,13 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
 
 
-async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
-    names = list(request.groups_names)
+async def handle_delete_groups(ctx: RequestContext,
+                               request: DeleteGroupsRequest) -> ResponsePayload:
+    names: list[str] = list(request.groups_names)
     allowed = [n for n in names if _may(ctx, Operation.DELETE, n)]
     errors = dict.fromkeys(names, ErrorCode.group_authorization_failed)
     if allowed:
-        errors.update(_coordinator(ctx).delete_groups(allowed, ctx.broker.now_ms()))
+        errors.update(_coordinator(ctx).delete_groups(allowed, ctx.services.clock()))
     results = tuple(
         ctx.nested("DeletableGroupResult", group_id=name, error_code=errors[name])
         for name in names

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from exactly.log import PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import Operation, ResourceType
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import ListOffsetsRequest
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-def _lookup(plog: Any, timestamp: int, committed: bool) -> tuple[int, int]:
+def _lookup(plog: PartitionLog, timestamp: int, committed: bool) -> tuple[int, int]:
     """(timestamp, offset) as Kafka answers them; (-1, -1) when no record is that late."""
     if timestamp == LATEST:
         return -1, plog.last_stable_offset if committed else plog.high_watermark
@@ -30,11 +36,12 @@ def _lookup(plog: Any, timestamp: int, committed: bool) -> tuple[int, int]:
     return ts, offset
 
 
-async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_offsets(ctx: RequestContext,
+                              request: ListOffsetsRequest) -> ResponsePayload:
     committed = getattr(request, "isolation_level", 0) == 1
     topics = []
     for topic in request.topics:
-        info = ctx.broker.logs.topic(topic.name)
+        info = ctx.services.logs.topic(topic.name)
         allowed = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         partitions = []
         for p in topic.partitions:
@@ -57,4 +64,4 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-HANDLERS = {ApiKey.LIST_OFFSETS: handle_list_offsets}
+HANDLERS: dict[int, Handler] = {ApiKey.LIST_OFFSETS: handle_list_offsets}

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exactly.log import TopicInfo
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import CLUSTER_NAME, Operation, ResourceType
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, advertised_address
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import MetadataRequest
 
 log = logging.getLogger("exactly.metadata")
 
 
 def _topic_entry(ctx: RequestContext, info: TopicInfo, include_ops: bool = False) -> Any:
-    node = ctx.broker.node_id
+    node = ctx.services.identity.node_id
     partitions = tuple(
         ctx.nested("MetadataResponsePartition", error_code=ErrorCode.none, partition_index=p,
                    leader_id=node, leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,),
@@ -36,9 +41,9 @@ def _error_entry(ctx: RequestContext, name: str | None, topic_id: Any, error: Er
                       is_internal=False, partitions=())
 
 
-async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
-    logs = ctx.broker.logs
-    config = ctx.broker.config
+async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> ResponsePayload:
+    logs = ctx.services.logs
+    config = ctx.services.config
     topics: list[Any] = []
     ops = bool(getattr(request, "include_topic_authorized_operations", False))
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
@@ -84,15 +89,15 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 topics.append(_error_entry(ctx, name, None, ErrorCode.unknown_topic_or_partition))
             else:
                 topics.append(_topic_entry(ctx, info, ops))
-    broker = ctx.nested("MetadataResponseBroker", node_id=ctx.broker.node_id,
+    broker = ctx.nested("MetadataResponseBroker", node_id=ctx.services.identity.node_id,
                         host=advertised_address(ctx)[0], port=advertised_address(ctx)[1],
                         rack=None)
-    return ctx.response(throttle_time=NO_THROTTLE, brokers=(broker,), cluster_id=ctx.broker.cluster_id,
-                        controller_id=ctx.broker.node_id, topics=tuple(topics),
+    return ctx.response(throttle_time=NO_THROTTLE, brokers=(broker,), cluster_id=ctx.services.identity.cluster_id,
+                        controller_id=ctx.services.identity.node_id, topics=tuple(topics),
                         cluster_authorized_operations=(
                             ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
                             if getattr(request, "include_cluster_authorized_operations", False)
                             else -2147483648))
 
 
-HANDLERS = {ApiKey.METADATA: handle_metadata}
+HANDLERS: dict[int, Handler] = {ApiKey.METADATA: handle_metadata}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 from exactly.log import PartitionLog
 from exactly.log.errors import LogError
@@ -18,28 +18,31 @@ from exactly.protocol import hot
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.records import RecordBatchError, RecordBatchHeader
+from exactly.protocol.structs import TopicPartition
 from exactly.server.acl.model import Operation, ResourceType
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import partition_log, topic_of, unknown_topic_error
-from exactly.server.transactions import wait_for_markers
+
+if TYPE_CHECKING:
+    from exactly.protocol.requests import ProduceRequest
 
 log = logging.getLogger("exactly.produce")
 
 
-async def handle_produce(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
+async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes | None:
+    services = ctx.services
     acks = request.acks
-    if request.transactional_id in broker.markers_in_progress:
+    txn_id = request.transactional_id
+    if txn_id is not None and services.transactions.writing_markers(txn_id):
         # The previous transaction's markers first, so this one is checked against the state
         # they leave. The producer's later requests wait too, and resume in order.
-        await wait_for_markers(broker, request.transactional_id)
+        await services.transactions.wait_for_markers(txn_id)
     written: list[PartitionLog] = []
     topic_responses: list[tuple[str, uuid.UUID | None, list[hot.ProducedPartition]]] = []
     # Kafka: transactional records need WRITE on the transactional id, or nothing is written.
     txn_denied = ctx.authorizing and _transactional(request) and (
-        request.transactional_id is None
-        or not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                             request.transactional_id))
+        txn_id is None
+        or not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id))
     for topic in request.topic_data:
         info, name, topic_id = topic_of(ctx, topic)
         denied = txn_denied or (name is not None and not ctx.authorize(
@@ -48,6 +51,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
         for pdata in topic.partition_data:
             error, message = ErrorCode.none, None
             base_offset, log_start = -1, -1
+            records = pdata.records
             plog = partition_log(ctx, info, pdata.index)
             if txn_denied:
                 error = ErrorCode.transactional_id_authorization_failed
@@ -57,13 +61,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                 error = ErrorCode.invalid_required_acks
             elif plog is None:
                 error = unknown_topic_error(topic_id, name)
-            elif not pdata.records:
+            elif not records:
                 error, message = ErrorCode.invalid_record, "empty or null record set"
             else:
-                error, message = _check_transaction(ctx, request, plog, pdata.records)
-            if error == ErrorCode.none and plog is not None:
+                error, message = _check_transaction(ctx, request, plog, records)
+            if error == ErrorCode.none and plog is not None and records:
                 try:
-                    result = plog.append(pdata.records, now_ms=broker.now_ms())
+                    result = plog.append(records, now_ms=services.clock())
                 except LogError as exc:
                     error, message = exc.error_code, str(exc)
                     log.info("produce to %s-%d refused: %s %s", name, pdata.index,
@@ -72,17 +76,17 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
                     base_offset, log_start = result.base_offset, result.log_start_offset
                     written.append(plog)  # a duplicate's original may still be awaiting its fsync
                     if not result.duplicate:
-                        broker.notify_append(plog)
+                        services.appends.notify_append(plog)
             partitions.append((pdata.index, error, base_offset, log_start, message))
         topic_responses.append((name or "", topic_id, partitions))
     if acks == -1 and written:
-        await broker.sync(written)
+        await services.appends.sync(written)
     if acks == 0:
         return None
     return hot.produce(ctx.api_version, topic_responses)
 
 
-def _transactional(request: Any) -> bool:
+def _transactional(request: ProduceRequest) -> bool:
     """Does any batch of the request carry transactional records?"""
     for topic in request.topic_data:
         for pdata in topic.partition_data:
@@ -102,7 +106,7 @@ TRANSACTION_ABORTABLE_SINCE = 11  # Produce versions that know TRANSACTION_ABORT
 IMPLICIT_ADD_SINCE = 12  # KIP-890 part 2: Produce adds the partition to the transaction
 
 
-def _check_transaction(ctx: RequestContext, request: Any, plog: PartitionLog,
+def _check_transaction(ctx: RequestContext, request: ProduceRequest, plog: PartitionLog,
                        records: bytes) -> tuple[ErrorCode, str | None]:
     """KIP-890: a transactional batch goes only into a partition of its ongoing transaction."""
     try:
@@ -117,19 +121,9 @@ def _check_transaction(ctx: RequestContext, request: Any, plog: PartitionLog,
     pid, epoch = header.producer_id, header.producer_epoch
     if plog.in_transaction(pid):
         return ErrorCode.none, None  # verified when its transaction first wrote here
-    broker = ctx.broker
-    tp = (plog.topic, plog.partition)
-    if ctx.api_version >= IMPLICIT_ADD_SINCE and broker.transaction_version >= 2:
-        error = broker.txn.add_partitions(txn_id, pid, epoch, [tp], now_ms=broker.now_ms(),
-                                          client_transaction_version=2)[tp]
-        if error == ErrorCode.none and broker.flusher.policy == "fsync":
-            # The coordinator must know the partition before its data can be on disk, or a
-            # power cut could leave data of a transaction nobody will end.
-            broker.txn.log_for(txn_id).flush()
-    elif broker.config["transaction.partition.verification.enable"]:
-        error = broker.txn.verify_partitions(txn_id, pid, epoch, [tp])[tp]
-    else:
-        return ErrorCode.none, None
+    tp = TopicPartition(plog.topic, plog.partition)
+    error = ctx.services.transactions.verify_write(
+        txn_id, pid, epoch, tp, implicit_add=ctx.api_version >= IMPLICIT_ADD_SINCE)
     if error == ErrorCode.none:
         return error, None
     message = f"transaction {txn_id!r} of producer {pid} epoch {epoch} cannot write to {tp[0]}-{tp[1]}: {error_name(error)}"
@@ -142,4 +136,4 @@ def _check_transaction(ctx: RequestContext, request: Any, plog: PartitionLog,
     return error, message
 
 
-HANDLERS = {ApiKey.PRODUCE: handle_produce}
+HANDLERS: dict[int, Handler] = {ApiKey.PRODUCE: handle_produce}

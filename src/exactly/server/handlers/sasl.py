@@ -4,7 +4,7 @@ DescribeUserScramCredentials (v0) and AlterUserScramCredentials (v0)."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
@@ -16,16 +16,25 @@ from exactly.server.auth.scram import (
     ScramCredential,
 )
 from exactly.server.auth.session import SaslFailure
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import (
+        AlterUserScramCredentialsRequest,
+        DescribeUserScramCredentialsRequest,
+        SaslAuthenticateRequest,
+        SaslHandshakeRequest,
+    )
 
 NO_SESSION_LIFETIME = datetime.timedelta(0)  # no re-authentication (KIP-368) is required
 
 
-async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
+async def handle_sasl_handshake(ctx: RequestContext,
+                                request: SaslHandshakeRequest) -> ResponsePayload:
     session = ctx.session
-    if session is None:
-        return ctx.response(error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     error = session.handshake(request.mechanism, ctx.api_version)
     if error is not ErrorCode.none:
         # Kafka closes after a failed handshake; the client reads the enabled list first.
@@ -33,30 +42,30 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(error_code=error, mechanisms=tuple(session.mechanisms))
 
 
-async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
+async def handle_sasl_authenticate(ctx: RequestContext,
+                                   request: SaslAuthenticateRequest) -> ResponsePayload:
     session = ctx.session
     try:
-        if session is None:
-            raise SaslFailure(ErrorCode.illegal_sasl_state, "no SASL on this connection")
         if session.handshake_version == 0:
             raise SaslFailure(ErrorCode.illegal_sasl_state,
                               "SaslAuthenticate after a SaslHandshake v0: send bare SASL tokens")
         token = session.authenticate(request.auth_bytes)
     except SaslFailure as exc:
-        if session is not None:
-            session.close_after_response = True
+        session.close_after_response = True
         return ctx.response(error_code=exc.code, error_message=str(exc), auth_bytes=b"",
                             session_lifetime=NO_SESSION_LIFETIME)
     return ctx.response(error_code=ErrorCode.none, error_message=None, auth_bytes=token,
                         session_lifetime=NO_SESSION_LIFETIME)
 
 
-async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_user_scram_credentials(ctx: RequestContext,
+                                                 request: DescribeUserScramCredentialsRequest,
+                                                 ) -> ResponsePayload:
     if not ctx.authorize(Operation.DESCRIBE):
         return ctx.response(throttle_time=NO_THROTTLE,
                             error_code=ErrorCode.cluster_authorization_failed,
                             error_message="DESCRIBE on the cluster is needed", results=())
-    store = ctx.broker.scram_credentials
+    store = ctx.services.credentials
     asked = None if request.users is None else [u.name for u in request.users]
     names = store.users() if asked is None else asked
     results = []
@@ -89,7 +98,19 @@ def _mech_id(mechanism: str) -> int:
     return {v: k for k, v in MECHANISM_NAMES.items()}[mechanism]
 
 
-async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
+class _Change(Protocol):
+    """What a SCRAM credential's deletion and upsertion both name."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mechanism(self) -> int: ...
+
+
+async def handle_alter_user_scram_credentials(ctx: RequestContext,
+                                              request: AlterUserScramCredentialsRequest,
+                                              ) -> ResponsePayload:
     allowed = ctx.authorize(Operation.ALTER)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     order: list[str] = []
@@ -99,7 +120,8 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
 
     # KIP-554: one user may not be both upserted and deleted, nor twice for one mechanism.
     seen: dict[tuple[str, int], int] = {}
-    for entry in (*request.deletions, *request.upsertions):
+    changes: tuple[_Change, ...] = (*request.deletions, *request.upsertions)
+    for entry in changes:
         if entry.name not in order:
             order.append(entry.name)
         key = (entry.name, int(entry.mechanism))
@@ -111,7 +133,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
         for user in order:
             errors[user] = (ErrorCode.cluster_authorization_failed,
                             "ALTER on the cluster is needed to change SCRAM credentials")
-    store = ctx.broker.scram_credentials
+    store = ctx.services.credentials
     deletions: list[tuple[str, str]] = []
     upserts: list[tuple[str, ScramCredential]] = []
     for d in request.deletions:
@@ -152,7 +174,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
     return ctx.response(throttle_time=NO_THROTTLE, results=results)
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,
     ApiKey.SASL_AUTHENTICATE: handle_sasl_authenticate,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,

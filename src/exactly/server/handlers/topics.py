@@ -3,22 +3,40 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import Operation, ResourceType
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import (
+        CreatePartitionsRequest,
+        CreateTopicsRequest,
+        DeleteTopicsRequest,
+    )
 
 log = logging.getLogger("exactly.topics")
 
 SOURCE = {"TOPIC_CONFIG": 1, "DEFAULT_CONFIG": 5}
 
 
-def _check_placement(ctx: RequestContext, replication_factor: int, assignments: Any) -> str | None:
-    node = ctx.broker.node_id
+class _Assignment(Protocol):
+    """A partition's replicas, as CreateTopics and CreatePartitions assign them."""
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]: ...
+
+
+def _check_placement(ctx: RequestContext, replication_factor: int,
+                     assignments: Sequence[_Assignment] | None) -> str | None:
+    node = ctx.services.identity.node_id
     if replication_factor not in (-1, 1):
         return f"replication factor {replication_factor} is larger than the 1 available broker"
     for a in assignments or ():
@@ -34,22 +52,23 @@ def _created_configs(ctx: RequestContext, name: str) -> tuple[Any, ...] | None:
     return tuple(
         ctx.nested("CreatableTopicConfigs", name=e.name, value=e.value, read_only=e.read_only,
                    config_source=SOURCE.get(e.source, 5), is_sensitive=e.sensitive)
-        for e in ctx.broker.logs.describe_topic_configs(name))
+        for e in ctx.services.logs.describe_topic_configs(name))
 
 
-async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
-    logs = ctx.broker.logs
+async def handle_create_topics(ctx: RequestContext,
+                               request: CreateTopicsRequest) -> ResponsePayload:
+    logs = ctx.services.logs
     results = []
     cluster_create = ctx.authorize(Operation.CREATE)
     for t in request.topics:
         error, message, info, configs = ErrorCode.none, None, None, None
         config_error = ErrorCode.none
         placement = _check_placement(ctx, t.replication_factor, t.assignments)
-        num_partitions = t.num_partitions
+        num_partitions: int = t.num_partitions
         if t.assignments:
             num_partitions = len(t.assignments) if num_partitions == -1 else num_partitions
         if num_partitions == -1:
-            num_partitions = ctx.broker.config["num.partitions"]
+            num_partitions = ctx.services.config["num.partitions"]
         if not cluster_create and not ctx.authorize(Operation.CREATE, ResourceType.TOPIC, t.name):
             error = ErrorCode.topic_authorization_failed
             message = f"{ctx.principal} may not create topic {t.name!r}: it needs CREATE on " \
@@ -80,8 +99,9 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
-    logs = ctx.broker.logs
+async def handle_delete_topics(ctx: RequestContext,
+                               request: DeleteTopicsRequest) -> ResponsePayload:
+    logs = ctx.services.logs
     if hasattr(request, "topics"):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -91,7 +111,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
         error, message = ErrorCode.none, None
         info = logs.topic(name) if name else (logs.topic_by_id(topic_id) if topic_id else None)
         target = name or (info.name if info else None)
-        if not ctx.broker.config["delete.topic.enable"]:
+        if not ctx.services.config["delete.topic.enable"]:
             error, message = ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
         elif target is not None and not ctx.authorize(Operation.DELETE, ResourceType.TOPIC,
                                                       target):
@@ -113,8 +133,9 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
-    logs = ctx.broker.logs
+async def handle_create_partitions(ctx: RequestContext,
+                                   request: CreatePartitionsRequest) -> ResponsePayload:
+    logs = ctx.services.logs
     results = []
     for t in request.topics:
         error, message = ErrorCode.none, None
@@ -133,7 +154,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,

@@ -6,16 +6,33 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from exactly.groups import OFFSETS_TOPIC
 from exactly.protocol import hot
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.protocol.structs import TopicPartition
 from exactly.server.acl.model import Operation, ResourceType
-from exactly.server.context import RequestContext
+from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log
-from exactly.server.transactions import decide, finish, wait_for_markers, write_markers
+
+if TYPE_CHECKING:
+    from kio.static.protocol import ResponsePayload
+
+    from exactly.protocol.requests import (
+        AddOffsetsToTxnRequest,
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnRequestFromV4,
+        AddPartitionsToTxnRequestUpToV3,
+        DescribeProducersRequest,
+        DescribeTransactionsRequest,
+        EndTxnRequest,
+        InitProducerIdRequest,
+        ListTransactionsRequest,
+        WriteTxnMarkersRequest,
+    )
 
 # First request version that knows PRODUCER_FENCED; older ones get INVALID_PRODUCER_EPOCH.
 _FENCED_SINCE = {
@@ -34,8 +51,9 @@ def _for_version(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
     return error
 
 
-async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
+async def handle_init_producer_id(ctx: RequestContext,
+                                  request: InitProducerIdRequest) -> ResponsePayload:
+    services = ctx.services
     # v6 (KIP-939); older versions have neither field.
     enable_2pc = bool(getattr(request, "enable2_pc", False))
     keep_prepared_txn = bool(getattr(request, "keep_prepared_txn", False))
@@ -47,8 +65,8 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
                 Operation.WRITE, ResourceType.TOPIC):
             return _init_response(ctx, ErrorCode.cluster_authorization_failed)
         # An idempotent producer gets a new id each time, as in Kafka.
-        return _init_response(ctx, ErrorCode.none, broker.producer_ids.generate(), 0)
-    if enable_2pc and not broker.config["transaction.two.phase.commit.enable"]:
+        return _init_response(ctx, ErrorCode.none, services.producer_ids.generate(), 0)
+    if enable_2pc and not services.config["transaction.two.phase.commit.enable"]:
         # The seed: with the broker setting off, 2PC is refused as unauthorized, ACLs or not.
         return _init_response(ctx, ErrorCode.transactional_id_authorization_failed)
     txn_id = request.transactional_id
@@ -61,20 +79,20 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     epoch = getattr(request, "producer_epoch", -1)
 
     def init() -> Any:
-        return broker.txn.init_producer_id(txn_id, timeout_ms, pid, epoch, now_ms=broker.now_ms(),
-                                           enable_2pc=enable_2pc,
-                                           keep_prepared_txn=keep_prepared_txn)
+        return services.txn.init_producer_id(txn_id, timeout_ms, pid, epoch,
+                                             now_ms=services.clock(), enable_2pc=enable_2pc,
+                                             keep_prepared_txn=keep_prepared_txn)
 
-    await wait_for_markers(broker, txn_id)
+    await services.transactions.wait_for_markers(txn_id)
     result = init()
     if result.markers is not None:
         # The previous instance left a transaction open: it is aborted with a bumped epoch
         # (fencing it), then the new instance gets its epoch.
-        await finish(broker, result.markers)
+        await services.transactions.finish(result.markers)
         result = init()
     if result.error != ErrorCode.none:
         return _init_response(ctx, _for_version(ctx, result.error))
-    await broker.sync([broker.txn.log_for(txn_id)])
+    await services.appends.sync([services.txn.log_for(txn_id)])
     return _init_response(ctx, ErrorCode.none, result.producer_id, result.producer_epoch,
                           result.ongoing_producer_id, result.ongoing_producer_epoch)
 
@@ -85,17 +103,28 @@ def _may_write(ctx: RequestContext, txn_id: str) -> bool:
 
 def _init_response(ctx: RequestContext, error: ErrorCode, producer_id: int = -1,
                    producer_epoch: int = -1, ongoing_producer_id: int = -1,
-                   ongoing_producer_epoch: int = -1) -> Any:
+                   ongoing_producer_epoch: int = -1) -> ResponsePayload:
     # OngoingTxnProducerId/OngoingTxnEpoch exist from v6 on; build() drops them before.
     return ctx.response(throttle_time=NO_THROTTLE, error_code=error, producer_id=producer_id,
                         producer_epoch=producer_epoch, ongoing_txn_producer_id=ongoing_producer_id,
                         ongoing_txn_producer_epoch=ongoing_producer_epoch)
 
 
-def _known_partitions(ctx: RequestContext, topics: Any) -> tuple[list[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
+class _TopicPartitions(Protocol):
+    """A topic and its partition indexes, as every AddPartitionsToTxn version nests them."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partitions(self) -> tuple[int, ...]: ...
+
+
+def _known_partitions(ctx: RequestContext, topics: Iterable[_TopicPartitions],
+                      ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], ErrorCode]]:
     wanted, unknown = [], {}
     for t in topics:
-        info = ctx.broker.logs.topic(t.name)
+        info = ctx.services.logs.topic(t.name)
         for p in t.partitions:
             if partition_log(ctx, info, p) is None:
                 unknown[(t.name, p)] = ErrorCode.unknown_topic_or_partition
@@ -104,7 +133,8 @@ def _known_partitions(ctx: RequestContext, topics: Any) -> tuple[list[tuple[str,
     return wanted, unknown
 
 
-def _add(ctx: RequestContext, txn_id: str, pid: int, epoch: int, topics: Any,
+def _add(ctx: RequestContext, txn_id: str, pid: int, epoch: int,
+         topics: Sequence[_TopicPartitions],
          verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
     if not _may_write(ctx, txn_id):
         return {(t.name, p): ErrorCode.transactional_id_authorization_failed
@@ -116,10 +146,10 @@ def _add(ctx: RequestContext, txn_id: str, pid: int, epoch: int, topics: Any,
     if unknown:
         # As Kafka: nothing is added when any partition is unknown.
         return {**unknown, **{tp: ErrorCode.operation_not_attempted for tp in wanted}}
-    txn = ctx.broker.txn
+    txn = ctx.services.txn
     if verify_only:
         return txn.verify_partitions(txn_id, pid, epoch, wanted)
-    return txn.add_partitions(txn_id, pid, epoch, wanted, now_ms=ctx.broker.now_ms())
+    return txn.add_partitions(txn_id, pid, epoch, wanted, now_ms=ctx.services.clock())
 
 
 def _by_topic(ctx: RequestContext,
@@ -137,83 +167,91 @@ def _topic_results(ctx: RequestContext, results: dict[tuple[str, int], ErrorCode
         for topic, parts in _by_topic(ctx, results).items())
 
 
-async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
-    txn = ctx.broker.txn
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxnRequest,
+                                       ) -> bytes | ResponsePayload:
+    services = ctx.services
+    txn = services.txn
     if ctx.api_version <= 3:
-        txn_id = request.v3_and_below_transactional_id
-        await wait_for_markers(ctx.broker, txn_id)
-        results = _add(ctx, txn_id, request.v3_and_below_producer_id,
-                       request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
-        await ctx.broker.sync([txn.log_for(txn_id)])
+        client = cast("AddPartitionsToTxnRequestUpToV3", request)
+        txn_id = client.v3_and_below_transactional_id
+        await services.transactions.wait_for_markers(txn_id)
+        results = _add(ctx, txn_id, client.v3_and_below_producer_id,
+                       client.v3_and_below_producer_epoch, client.v3_and_below_topics, False)
+        await services.appends.sync([txn.log_for(txn_id)])
         return hot.add_partitions_to_txn(ctx.api_version, _by_topic(ctx, results).items())
     if not ctx.authorize(Operation.CLUSTER_ACTION):
         # v4+ is the brokers' verification call (KIP-890), not a client's.
         return ctx.response(throttle_time=NO_THROTTLE,
                             error_code=ErrorCode.cluster_authorization_failed,
                             results_by_transaction=())
+    transactions = cast("AddPartitionsToTxnRequestFromV4", request).transactions
     by_txn = []
-    for t in request.transactions:
-        await wait_for_markers(ctx.broker, t.transactional_id)
+    for t in transactions:
+        await services.transactions.wait_for_markers(t.transactional_id)
         results = _add(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
                        t.verify_only)
         by_txn.append(ctx.nested("AddPartitionsToTxnResult", transactional_id=t.transactional_id,
                                  topic_results=_topic_results(ctx, results)))
-    await ctx.broker.sync({txn.log_for(t.transactional_id) for t in request.transactions})
+    await services.appends.sync({txn.log_for(t.transactional_id) for t in transactions})
     return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                         results_by_transaction=tuple(by_txn))
 
 
-async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
+async def handle_add_offsets_to_txn(ctx: RequestContext,
+                                    request: AddOffsetsToTxnRequest) -> ResponsePayload:
+    services = ctx.services
     if not _may_write(ctx, request.transactional_id):
         return ctx.response(throttle_time=NO_THROTTLE,
                             error_code=ErrorCode.transactional_id_authorization_failed)
     if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
         return ctx.response(throttle_time=NO_THROTTLE,
                             error_code=ErrorCode.group_authorization_failed)
-    offsets_partition = (OFFSETS_TOPIC, broker.groups.offsets_partition(request.group_id))
-    await wait_for_markers(broker, request.transactional_id)
-    error = broker.txn.add_offsets(request.transactional_id, request.producer_id,
-                                   request.producer_epoch, request.group_id, offsets_partition,
-                                   now_ms=broker.now_ms())
+    offsets_partition = TopicPartition(OFFSETS_TOPIC,
+                                       services.groups.offsets_partition(request.group_id))
+    await services.transactions.wait_for_markers(request.transactional_id)
+    error = services.txn.add_offsets(request.transactional_id, request.producer_id,
+                                     request.producer_epoch, request.group_id, offsets_partition,
+                                     now_ms=services.clock())
     if error == ErrorCode.none:
-        await broker.sync([broker.txn.log_for(request.transactional_id)])
+        await services.appends.sync([services.txn.log_for(request.transactional_id)])
     return ctx.response(throttle_time=NO_THROTTLE, error_code=_for_version(ctx, error))
 
 
-async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
-    broker = ctx.broker
+async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> bytes:
+    services = ctx.services
     if not _may_write(ctx, request.transactional_id):
         return hot.end_txn(ctx.api_version, ErrorCode.transactional_id_authorization_failed)
-    bump = ctx.api_version >= 5 and broker.transaction_version >= 2
-    await wait_for_markers(broker, request.transactional_id)  # a retry gets the outcome
-    result = broker.txn.end_txn(request.transactional_id, request.producer_id,
-                                request.producer_epoch, request.committed, bump_epoch=bump,
-                                now_ms=broker.now_ms())
+    driver = services.transactions
+    bump = ctx.api_version >= 5 and driver.transaction_version >= 2
+    await driver.wait_for_markers(request.transactional_id)  # a retry gets the outcome
+    result = services.txn.end_txn(request.transactional_id, request.producer_id,
+                                  request.producer_epoch, request.committed, bump_epoch=bump,
+                                  now_ms=services.clock())
     if result.error != ErrorCode.none:
         return hot.end_txn(ctx.api_version, _for_version(ctx, result.error))
     if result.markers is not None:
-        # Answered once the decision is durable; the markers follow (exactly.server.transactions).
-        await decide(broker, result.markers)
+        # Answered once the decision is durable; the markers follow (the transaction driver).
+        await driver.decide(result.markers)
     else:
-        await broker.sync([broker.txn.log_for(request.transactional_id)])
+        await services.appends.sync([services.txn.log_for(request.transactional_id)])
     return hot.end_txn(ctx.api_version, ErrorCode.none, result.producer_id, result.producer_epoch)
 
 
-async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
+async def handle_write_txn_markers(ctx: RequestContext,
+                                   request: WriteTxnMarkersRequest) -> ResponsePayload:
     """Markers sent by a coordinator (another broker's, or an operator's tool)."""
     results, written = [], []
     may = ctx.authorize(Operation.CLUSTER_ACTION)
     for marker in request.markers:
-        partitions = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+        partitions: list[tuple[str, int]] = [
+            (t.name, p) for t in marker.topics for p in t.partition_indexes]
         if not may:
             errors = dict.fromkeys(partitions, ErrorCode.cluster_authorization_failed)
             logs: list[Any] = []
         else:
-            errors, logs = write_markers(ctx.broker, marker.producer_id, marker.producer_epoch,
-                                         commit=marker.transaction_result,
-                                         coordinator_epoch=marker.coordinator_epoch,
-                                         partitions=partitions)
+            errors, logs = ctx.services.transactions.write_markers(
+                marker.producer_id, marker.producer_epoch, commit=marker.transaction_result,
+                coordinator_epoch=marker.coordinator_epoch, partitions=partitions)
         written.extend(logs)
         by_topic: dict[str, list[Any]] = {}
         for (topic, partition), error in errors.items():
@@ -222,11 +260,12 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
         results.append(ctx.nested("WritableTxnMarkerResult", producer_id=marker.producer_id, topics=tuple(
             ctx.nested("WritableTxnMarkerTopicResult", name=t, partitions=tuple(ps))
             for t, ps in by_topic.items())))
-    await ctx.broker.sync(written)
+    await ctx.services.appends.sync(written)
     return ctx.response(markers=tuple(results))
 
 
-async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_transactions(ctx: RequestContext, request: DescribeTransactionsRequest,
+                                       ) -> ResponsePayload:
     states = []
     for txn_id in request.transactional_ids:
         if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
@@ -235,8 +274,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any
                 transactional_id=txn_id, transaction_state="", transaction_timeout=NO_THROTTLE,
                 transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=()))
             continue
-        await wait_for_markers(ctx.broker, txn_id)  # an answered commit shows as complete
-        meta = ctx.broker.txn.describe(txn_id)
+        # An answered commit shows as complete.
+        await ctx.services.transactions.wait_for_markers(txn_id)
+        meta = ctx.services.txn.describe(txn_id)
         if meta is None:
             states.append(ctx.nested(
                 "TransactionState", error_code=ErrorCode.transactional_id_not_found,
@@ -265,7 +305,8 @@ def _time(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
-async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_transactions(ctx: RequestContext,
+                                   request: ListTransactionsRequest) -> ResponsePayload:
     from exactly.txn import TxnState
 
     known = {s.display_name for s in TxnState}
@@ -277,9 +318,9 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
     except re.error:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
                             unknown_state_filters=(), transaction_states=())
-    listed = ctx.broker.txn.list_transactions(
+    listed = ctx.services.txn.list_transactions(
         wanted or None, set(request.producer_id_filters) or None,
-        getattr(request, "duration_filter", -1), now_ms=ctx.broker.now_ms())
+        getattr(request, "duration_filter", -1), now_ms=ctx.services.clock())
     states = tuple(
         ctx.nested("TransactionState", transactional_id=m.transactional_id,
                    producer_id=m.producer_id, transaction_state=m.state.display_name)
@@ -289,10 +330,11 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
                         unknown_state_filters=unknown, transaction_states=states)
 
 
-async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_producers(ctx: RequestContext,
+                                    request: DescribeProducersRequest) -> ResponsePayload:
     topics = []
     for t in request.topics:
-        info = ctx.broker.logs.topic(t.name)
+        info = ctx.services.logs.topic(t.name)
         allowed = ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name)
         parts = []
         for p in t.partition_indexes:
@@ -321,7 +363,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,

@@ -1,17 +1,18 @@
-"""Committed offsets, group persistence and the admin side of the coordinator.
+"""The group coordinator's state and its log (Kafka's GroupMetadataManager): the groups and their
+committed offsets, loaded from `__consumer_offsets` on start, group metadata and offsets written
+there, and the APIs that read or write them: OffsetCommit, OffsetFetch, DescribeGroups,
+ListGroups, DeleteGroups, and the expiry of old offsets.
 
-`OffsetsMixin` is the base of `GroupCoordinator`: it owns the groups, loads them from
-`__consumer_offsets` on start, writes group metadata and offsets, and answers OffsetCommit,
-OffsetFetch, DescribeGroups, ListGroups and DeleteGroups.
+`GroupCoordinator` (coordinator.py) holds one as `group_manager` and applies the membership rules
+to its groups; `TxnOffsets` (txn_offsets.py) holds it too, for transactional offset commits.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-
-from kio.schema.errors import ErrorCode
 
 from exactly.groups.codec import (
     CodecError,
@@ -29,14 +30,15 @@ from exactly.groups.config import GroupConfig
 from exactly.groups.fold import OffsetsFold
 from exactly.groups.group import CommittedOffset, Group, GroupState, Member
 from exactly.groups.store import Appended, OffsetsLog
+from exactly.log.errors import InvalidProducerEpochError
+from exactly.protocol.errors import ErrorCode
 from exactly.protocol.records import Record
+from exactly.protocol.structs import TopicPartition
 
 if TYPE_CHECKING:
     from exactly.log import LogManager, PartitionLog
 
 log = logging.getLogger("exactly.groups")
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ class OffsetToCommit:
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    errors: dict[TopicPartition, ErrorCode]
+    errors: dict[tuple[str, int], ErrorCode]  # keyed by the caller's own (topic, partition) pairs
     log: PartitionLog | None  # where the commit was appended: sync it before answering
 
 
@@ -78,16 +80,16 @@ class GroupListing:
     state: str
 
 
-class OffsetsMixin:
+class GroupMetadataManager:
     def __init__(self, logs: LogManager, config: GroupConfig, *, now_ms: int) -> None:
         self.config = config
         self.store = OffsetsLog(logs, config.offsets_topic_num_partitions)
-        self._groups: dict[str, Group] = {}
+        # Every group by id. The coordinator changes membership in place; what must survive a
+        # restart is written with `store_group`.
+        self.groups: dict[str, Group] = {}
         self._next_expiry_check = now_ms + config.offsets_retention_check_interval_ms
         # Every internal partition appended to since the last take_written_logs().
         self.written_logs: set[PartitionLog] = set()
-        # producer id -> the groups holding pending transactional offsets of that producer.
-        self._txn_groups: dict[int, set[str]] = {}
         self._load(now_ms)
 
     # -- loading ------------------------------------------------------------------------------
@@ -128,11 +130,9 @@ class OffsetsMixin:
                 self._restore(group, value, now_ms)
             group.offsets.update(fold.offsets.get(group_id, {}))
             group.pending_txn = pending.get(group_id, {})
-            for producer_id in group.pending_txn:
-                self._txn_groups.setdefault(producer_id, set()).add(group_id)
-            self._groups[group_id] = group
+            self.groups[group_id] = group
         log.info("loaded %d groups from %d __consumer_offsets records (%d with open "
-                 "transactional offsets)", len(self._groups), count, len(pending))
+                 "transactional offsets)", len(self.groups), count, len(pending))
 
     @staticmethod
     def _restore(group: Group, value: GroupValue, now_ms: int) -> None:
@@ -154,23 +154,27 @@ class OffsetsMixin:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _new_group(self, group_id: str, now_ms: int) -> Group:
+    def new_group(self, group_id: str, now_ms: int) -> Group:
+        """An Empty group, kept in memory only until something of it is written."""
         group = Group(group_id, state_timestamp=now_ms)
-        self._groups[group_id] = group
+        self.groups[group_id] = group
         return group
 
     def _append(self, group_id: str, records: list[Record], now_ms: int) -> PartitionLog:
-        return self._append_batch(group_id, records, now_ms).log
+        return self.append_batch(group_id, records, now_ms).log
 
-    def _append_batch(self, group_id: str, records: list[Record], now_ms: int, *,
-                      producer_id: int = -1, producer_epoch: int = -1,
-                      transactional: bool = False) -> Appended:
+    def append_batch(self, group_id: str, records: list[Record], now_ms: int, *,
+                     producer_id: int = -1, producer_epoch: int = -1,
+                     transactional: bool = False) -> Appended:
+        """Append one batch to the group's partition (see `OffsetsLog.append`) and note the
+        partition in `written_logs`."""
         appended = self.store.append(group_id, records, now_ms, producer_id=producer_id,
                                      producer_epoch=producer_epoch, transactional=transactional)
         self.written_logs.add(appended.log)
         return appended
 
-    def _store_group(self, group: Group, now_ms: int) -> PartitionLog:
+    def store_group(self, group: Group, now_ms: int) -> PartitionLog:
+        """Write the group's metadata (generation, leader, members, assignments)."""
         protocol = group.protocol_name or ""
         members = tuple(
             MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
@@ -183,10 +187,10 @@ class OffsetsMixin:
         record = Record(encode_group_key(GroupKey(group.group_id)), encode_group_value(value))
         return self._append(group.group_id, [record], now_ms)
 
-    def _store_group_quietly(self, group: Group, now_ms: int) -> None:
+    def store_group_quietly(self, group: Group, now_ms: int) -> None:
         # Losing this write only means a restart sees the previous generation, as in Kafka.
         try:
-            self._store_group(group, now_ms)
+            self.store_group(group, now_ms)
         except Exception:
             log.exception("storing empty group %s failed", group.group_id)
 
@@ -194,6 +198,10 @@ class OffsetsMixin:
         """The internal partitions written since the last call (for the broker to sync)."""
         logs, self.written_logs = self.written_logs, set()
         return logs
+
+    def partition_for(self, group_id: str) -> int:
+        """The number of the `__consumer_offsets` partition that holds this group."""
+        return self.store.partition(group_id)
 
     def log_for(self, group_id: str) -> PartitionLog:
         """The `__consumer_offsets` partition that holds this group."""
@@ -203,11 +211,11 @@ class OffsetsMixin:
 
     def commit_offsets(
         self, *, group_id: str, member_id: str, group_instance_id: str | None,
-        generation_id: int, offsets: dict[TopicPartition, OffsetToCommit], now_ms: int,
+        generation_id: int, offsets: Mapping[tuple[str, int], OffsetToCommit], now_ms: int,
     ) -> CommitResult:
         """Validate, append to the log, then apply. Answer the client only after syncing
         `result.log` (when not None)."""
-        group = self._groups.get(group_id)
+        group = self.groups.get(group_id)
         error: ErrorCode | None = None
         if group is None:
             # generation < 0: a standalone consumer storing offsets without group management.
@@ -229,56 +237,78 @@ class OffsetsMixin:
         if error is not None:
             return CommitResult({tp: error for tp in offsets}, None)
 
-        errors, accepted = self._check_offsets(offsets, now_ms)
-        if not accepted:
-            return CommitResult(errors, None)
-        try:
-            appended = self._append_batch(group_id, offset_records(group_id, accepted), now_ms)
-        except Exception as exc:
-            log.exception("appending offsets of group %s failed", group_id)
-            code = append_error(exc)
-            errors.update({tp: code for tp in accepted})
+        errors, written, plog = self.write_offsets(group_id, offsets, now_ms)
+        if plog is None:
             return CommitResult(errors, None)
         if group is None:
-            group = self._new_group(group_id, now_ms)
+            group = self.new_group(group_id, now_ms)
         elif member_id in group.members:
             member = group.members[member_id]
             member.heartbeat_deadline = now_ms + member.session_timeout_ms
-        group.offsets.update(with_log_offsets(accepted, appended.base_offset))
-        errors.update({tp: ErrorCode.none for tp in accepted})
-        return CommitResult(errors, appended.log)
+        group.offsets.update(written)
+        return CommitResult(errors, plog)
 
-    def _check_offsets(self, offsets: dict[TopicPartition, OffsetToCommit], now_ms: int
-                       ) -> tuple[dict[TopicPartition, ErrorCode],
-                                  dict[TopicPartition, CommittedOffset]]:
+    def write_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], OffsetToCommit],
+                      now_ms: int, *, producer_id: int = -1, producer_epoch: int = -1,
+                      ) -> tuple[dict[tuple[str, int], ErrorCode],
+                                 dict[TopicPartition, CommittedOffset], PartitionLog | None]:
+        """Check a commit and append what passes as one batch, transactional with a producer id
+        (TxnOffsetCommit). Returns the error of every partition, the offsets written with their
+        log positions, and the partition appended to (None if nothing was); the caller decides
+        where the written offsets go."""
+        errors, accepted = self._check_offsets(offsets, now_ms)
+        if not accepted:
+            return errors, {}, None
+        transactional = producer_id >= 0
+        try:
+            appended = self.append_batch(group_id, offset_records(group_id, accepted), now_ms,
+                                         producer_id=producer_id, producer_epoch=producer_epoch,
+                                         transactional=transactional)
+        except InvalidProducerEpochError as exc:
+            # The partition has seen a newer epoch of this producer: a zombie.
+            log.info("transactional offsets of group %s refused: %s", group_id, exc)
+            errors.update({tp: ErrorCode.invalid_producer_epoch for tp in accepted})
+            return errors, {}, None
+        except Exception as exc:
+            log.exception("appending %soffsets of group %s failed",
+                          "transactional " if transactional else "", group_id)
+            code = append_error(exc)
+            errors.update({tp: code for tp in accepted})
+            return errors, {}, None
+        errors.update({tp: ErrorCode.none for tp in accepted})
+        return errors, with_log_offsets(accepted, appended.base_offset), appended.log
+
+    def _check_offsets(self, offsets: Mapping[tuple[str, int], OffsetToCommit], now_ms: int
+                       ) -> tuple[dict[tuple[str, int], ErrorCode],
+                                  dict[tuple[str, int], CommittedOffset]]:
         """Per-partition checks of a commit: (errors, accepted offsets)."""
-        errors: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, CommittedOffset] = {}
-        for (topic, partition), entry in offsets.items():
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, entry in offsets.items():
+            topic, partition = tp
             info = self.store.logs.topic(topic)
             metadata = entry.metadata or ""
             if info is None or not 0 <= partition < info.num_partitions:
-                errors[(topic, partition)] = ErrorCode.unknown_topic_or_partition
+                errors[tp] = ErrorCode.unknown_topic_or_partition
             elif len(metadata.encode()) > self.config.offset_metadata_max_bytes:
-                errors[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                errors[tp] = ErrorCode.offset_metadata_too_large
             else:
-                accepted[(topic, partition)] = CommittedOffset(entry.offset, entry.leader_epoch,
-                                                               metadata, now_ms)
+                accepted[tp] = CommittedOffset(entry.offset, entry.leader_epoch, metadata, now_ms)
         return errors, accepted
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
-                      ) -> dict[TopicPartition, CommittedOffset | None]:
+    def fetch_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], CommittedOffset | None]:
         """Committed offsets (None where nothing is committed); `partitions=None` means all."""
-        group = self._groups.get(group_id)
+        group = self.groups.get(group_id)
         committed = group.offsets if group is not None else {}
         if partitions is None:
-            return dict(committed)
-        return {tp: committed.get(tp) for tp in partitions}
+            return {tp: offset for tp, offset in committed.items()}
+        return {tp: committed.get(TopicPartition(*tp)) for tp in partitions}
 
     # -- DescribeGroups / ListGroups / DeleteGroups -------------------------------------------
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        group = self._groups.get(group_id)
+        group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
         stable = group.state is GroupState.STABLE
@@ -297,14 +327,14 @@ class OffsetsMixin:
         wanted = {s.lower() for s in states} if states else None
         return [
             GroupListing(g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._groups.values()
+            for g in self.groups.values()
             if wanted is None or g.state.value.lower() in wanted
         ]
 
     def delete_groups(self, group_ids: list[str], now_ms: int) -> dict[str, ErrorCode]:
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            group = self._groups.get(group_id)
+            group = self.groups.get(group_id)
             if group is None or group.state is GroupState.DEAD:
                 results[group_id] = ErrorCode.group_id_not_found
             elif group.state is not GroupState.EMPTY or group.pending_txn:
@@ -333,11 +363,12 @@ class OffsetsMixin:
             group.offsets.pop(tp, None)
         if whole_group:
             group.transition(GroupState.DEAD, now_ms)
-            self._groups.pop(group.group_id, None)
+            self.groups.pop(group.group_id, None)
 
     # -- offsets retention --------------------------------------------------------------------
 
-    def _maybe_expire_offsets(self, now_ms: int) -> None:
+    def maybe_expire_offsets(self, now_ms: int) -> None:
+        """`expire_offsets` once per offsets.retention.check.interval.ms (from `tick`)."""
         if now_ms < self._next_expiry_check:
             return
         self._next_expiry_check = now_ms + self.config.offsets_retention_check_interval_ms
@@ -348,7 +379,7 @@ class OffsetsMixin:
         the group became empty; a standalone group's, that long after their commit. An Empty
         group left with no offsets is removed."""
         retention = self.config.offsets_retention_ms
-        for group in list(self._groups.values()):
+        for group in list(self.groups.values()):
             if group.state is not GroupState.EMPTY or group.pending_members or group.pending_txn:
                 continue
             managed = group.protocol_type is not None
@@ -367,7 +398,7 @@ class OffsetsMixin:
                     log.info("expired %d offsets of group %s", len(expired), group.group_id)
 
 
-def offset_records(group_id: str, offsets: dict[TopicPartition, CommittedOffset]
+def offset_records(group_id: str, offsets: Mapping[tuple[str, int], CommittedOffset]
                    ) -> list[Record]:
     """One record per offset, in the order of `offsets` (see `with_log_offsets`)."""
     return [
@@ -378,10 +409,11 @@ def offset_records(group_id: str, offsets: dict[TopicPartition, CommittedOffset]
     ]
 
 
-def with_log_offsets(offsets: dict[TopicPartition, CommittedOffset], base_offset: int
+def with_log_offsets(offsets: Mapping[tuple[str, int], CommittedOffset], base_offset: int
                      ) -> dict[TopicPartition, CommittedOffset]:
     """The offsets with their log positions, as `offset_records` laid them out from base."""
-    return {tp: replace(c, log_offset=base_offset + i) for i, (tp, c) in enumerate(offsets.items())}
+    return {TopicPartition(*tp): replace(c, log_offset=base_offset + i)
+            for i, (tp, c) in enumerate(offsets.items())}
 
 
 def append_error(exc: Exception) -> ErrorCode:

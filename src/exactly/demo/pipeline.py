@@ -1,4 +1,4 @@
-"""The main job: order events through a Structured Streaming pipeline, exactly-once to topics.
+"""The demo's Spark job: order events through Structured Streaming, exactly-once to topics.
 
 Two streaming queries read the topic `orders` (JSON order events) with format("exactly"):
 
@@ -10,8 +10,8 @@ Two streaming queries read the topic `orders` (JSON order events) with format("e
 
 Both sinks are exactly-once (deliveryGuarantee, default) or at-least-once. Run as a process:
 
-    python -m exactly.spark.pipeline BOOTSTRAP CHECKPOINT_DIR [--delivery at-least-once]
-                                     [--trigger-seconds 2] [--max-offsets N]
+    python -m exactly.demo.pipeline BOOTSTRAP CHECKPOINT_DIR [--delivery at-least-once]
+                                    [--trigger-seconds 2] [--max-offsets N]
 
 It prints one JSON line per finished micro-batch and stops both queries, between batches,
 when "stop" arrives on stdin.
@@ -105,7 +105,7 @@ def _report(queries: list[Any], stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m exactly.spark.pipeline")
+    parser = argparse.ArgumentParser(prog="python -m exactly.demo.pipeline")
     parser.add_argument("bootstrap")
     parser.add_argument("checkpoint_dir")
     parser.add_argument("--delivery", default="exactly-once",

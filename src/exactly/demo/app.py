@@ -1,7 +1,7 @@
 """`exactly demo` (`make demo`): the Spark pipeline, exactly-once through driver crashes.
 
 It starts an embedded broker, feeds the topic `orders` with JSON order events at a steady rate
-(a few percent of them malformed), and runs the pipeline of `exactly.spark.pipeline` as a Spark
+(a few percent of them malformed), and runs the pipeline of `exactly.demo.pipeline` as a Spark
 driver process. While the events flow it kills the driver with SIGKILL — the whole driver: JVM,
 Python, workers — a few times at random moments, and starts it again on its checkpoint. At the
 end it reads every output topic with read_committed and prints what came out against what went
@@ -29,7 +29,7 @@ from typing import Any
 
 from exactly import failpoints
 from exactly.client import Admin, Consumer, NewTopic, Producer
-from exactly.spark.pipeline import (
+from exactly.demo.pipeline import (
     DLQ_TOPIC,
     ENRICHED_TOPIC,
     IN_TOPIC,
@@ -39,7 +39,8 @@ from exactly.spark.pipeline import (
     STATS_TOPIC,
     WINDOW_SECONDS,
 )
-from exactly.spark.stream_sink import open_transactions
+from exactly.protocol.structs import TopicPartition
+from exactly.spark import open_transactions
 from exactly.testing import EmbeddedBroker
 
 BAD_SHARE = 0.03
@@ -113,12 +114,12 @@ class Feeder(threading.Thread):
 
 
 class Driver:
-    """The Spark driver process (python -m exactly.spark.pipeline) in a session of its own."""
+    """The Spark driver process (python -m exactly.demo.pipeline) in a session of its own."""
 
     def __init__(self, bootstrap: str, checkpoint: Path, delivery: str, trigger: float) -> None:
         env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exactly.spark.pipeline", bootstrap, str(checkpoint),
+            [sys.executable, "-m", "exactly.demo.pipeline", bootstrap, str(checkpoint),
              "--delivery", delivery, "--trigger-seconds", str(trigger)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, env=env, start_new_session=True)
@@ -155,20 +156,26 @@ class Driver:
         return self.proc.wait(timeout=timeout)
 
 
+def assign_to_end(consumer: Consumer, bootstrap: str, topic: str) -> dict[TopicPartition, int]:
+    """Assign every partition of `topic` to `consumer`; return where each one ends (for a
+    read_committed consumer, its last stable offset)."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        parts = admin.describe_topics([topic])[topic].partitions
+    tps = [TopicPartition(topic, p.partition) for p in parts]
+    consumer.assign(tps)
+    consumer.seek_to_end(tps)
+    return {tp: consumer.position(tp) for tp in tps}
+
+
 def read_committed(bootstrap: str, topic: str) -> list[Any]:
     """Every record of `topic`, read_committed, up to the end of each partition."""
-    with Admin({"bootstrap.servers": bootstrap}) as admin:
-        parts = [p.partition for p in admin.describe_topics([topic])[topic].partitions]
     out = []
     with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
                    "auto.offset.reset": "earliest"}) as consumer:
-        tps = [(topic, p) for p in parts]
-        consumer.assign(tps)
-        consumer.seek_to_end(tps)
-        ends = {tp: consumer.position(tp) for tp in tps}
-        consumer.seek_to_beginning(tps)
+        ends = assign_to_end(consumer, bootstrap, topic)
+        consumer.seek_to_beginning(list(ends))
         deadline = time.monotonic() + 60
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not read {topic} to its end")
             out.extend(consumer.poll(timeout_ms=500))
@@ -176,13 +183,10 @@ def read_committed(bootstrap: str, topic: str) -> list[Any]:
 
 
 def input_end(bootstrap: str) -> dict[str, dict[str, int]]:
+    """The end of the input topic, as Spark writes a batch's end offset: {topic: {partition: n}}."""
     with Consumer({"bootstrap.servers": bootstrap}) as consumer:
-        with Admin({"bootstrap.servers": bootstrap}) as admin:
-            parts = [p.partition for p in admin.describe_topics([IN_TOPIC])[IN_TOPIC].partitions]
-        tps = [(IN_TOPIC, p) for p in parts]
-        consumer.assign(tps)
-        consumer.seek_to_end(tps)
-        return {IN_TOPIC: {str(p): consumer.position((IN_TOPIC, p)) for _, p in tps}}
+        ends = assign_to_end(consumer, bootstrap, IN_TOPIC)
+    return {IN_TOPIC: {str(tp.partition): end for tp, end in ends.items()}}
 
 
 def expected_stats(fed: Fed) -> dict[tuple[int, str], tuple[int, float]]:
@@ -238,12 +242,17 @@ def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="exactly demo", description=__doc__.split("\n")[0])
     parser.add_argument("--crashes", type=int, default=3, help="driver kills (default 3)")
-    parser.add_argument("--seconds", type=float, default=60, help="how long events are fed")
-    parser.add_argument("--rate", type=float, default=200, help="events per second")
-    parser.add_argument("--trigger-seconds", type=float, default=2.0)
+    parser.add_argument("--seconds", type=float, default=60,
+                        help="how long events are fed (default 60)")
+    parser.add_argument("--rate", type=float, default=200,
+                        help="events per second (default 200)")
+    parser.add_argument("--trigger-seconds", type=float, default=2.0,
+                        help="micro-batch interval of the queries (default 2)")
     parser.add_argument("--delivery", default="exactly-once",
-                        choices=["exactly-once", "at-least-once"])
-    parser.add_argument("--seed", type=int, default=None)
+                        choices=["exactly-once", "at-least-once"],
+                        help="the sinks' deliveryGuarantee (default exactly-once)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the events and of the kill times (default: random, printed)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)

@@ -1,0 +1,63 @@
+"""The broker's services, by name: what a request handler, the network and the metrics may use.
+
+`Broker` (broker.py) builds one `Services` and runs it; everything else receives it (or the parts
+it uses) and cannot reach the broker itself, as Tansu's services get a narrow typed context:
+
+    logs          the partition logs (exactly.log.LogManager)
+    txn           the transaction coordinator's state machine (exactly.txn)
+    groups        the group coordinator's state machine (exactly.groups)
+    transactions  the transaction driver: markers, recovery, KIP-890 write verification
+    appends       durability under the flush policy, and wake-ups of waiting fetches
+    authorizer    the ACL authorizer, None when `authorizer.class.name` is empty
+    credentials   the SCRAM credential store
+    identity      node id, cluster id, finalized features
+    config        the broker's checked configuration
+    clock         milliseconds since the epoch; the one clock every service reads
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from exactly.groups import GroupCoordinator
+    from exactly.log import LogManager
+    from exactly.server.acl import Authorizer
+    from exactly.server.appends import AppendService
+    from exactly.server.auth import ScramCredentialStore
+    from exactly.server.config import BrokerConfig
+    from exactly.server.transactions import TransactionDriver
+    from exactly.txn import ProducerIdManager, TransactionCoordinator
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerIdentity:
+    """Who this broker is, as Metadata, DescribeCluster and ApiVersions tell clients."""
+
+    node_id: int
+    cluster_id: str
+    finalized_features: Mapping[str, int]  # KIP-584: feature name -> finalized level
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    logs: LogManager
+    txn: TransactionCoordinator
+    producer_ids: ProducerIdManager
+    groups: GroupCoordinator
+    transactions: TransactionDriver
+    appends: AppendService
+    authorizer: Authorizer | None
+    credentials: ScramCredentialStore
+    identity: BrokerIdentity
+    config: BrokerConfig
+    clock: Clock = wall_clock_ms

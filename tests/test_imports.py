@@ -1,0 +1,156 @@
+"""The layering of ../shared/DESIGN.md, checked on the source with `ast`: imports point down only,
+the client needs the protocol only, nothing but the CLI and the test harness imports the broker,
+and no two modules of a package import each other in a circle.
+
+Every import counts: at the top of a module, inside a function, and under `if TYPE_CHECKING:`
+(a circle of type-only imports is still two modules that cannot be understood one without the
+other).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# What each layer may import (besides itself and the foundation modules). DESIGN.md's diagram,
+# read bottom-up, plus the applications on top: the CLI, the demo, the test harness.
+ALLOWED: dict[str, set[str]] = {
+    "protocol": set(),
+    "log": {"protocol"},
+    "txn": {"protocol", "log"},
+    "groups": {"protocol", "log"},
+    "server": {"protocol", "log", "txn", "groups"},
+    "client": {"protocol"},
+    "dualwrite": {"protocol", "client"},
+    "spark": {"protocol", "client"},
+    "testing": {"protocol", "client"},
+    "demo": {"protocol", "client", "spark", "testing"},
+    "cli": {"protocol", "log", "txn", "groups", "server", "client", "dualwrite", "spark", "demo",
+            "testing"},
+    "__main__": {"cli"},
+}
+# Modules below every layer: anything may import them, they import nothing of exactly.
+FOUNDATION = {"exactly", "exactly.failpoints", "exactly.configdef"}
+# Who may import the broker itself: everything else gets its services.
+BROKER = "exactly.server.broker"
+BROKER_USERS = ("exactly.cli", "exactly.testing")
+# Packages whose modules must not import each other in a circle.
+ACYCLIC = ("exactly.server", "exactly.client")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.with_suffix("").relative_to(SRC).parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted((SRC / "exactly").rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _imports(module: str, path: Path) -> Iterator[str]:
+    """The exactly modules `module` imports, resolved to modules that exist."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            # `from package import module` names a module; `from module import name` does not.
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                     for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "exactly" or name.startswith("exactly."):
+                yield name
+
+
+GRAPH = {m: {i for i in _imports(m, p) if i != m} for m, p in MODULES.items()}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_the_graph_is_read() -> None:
+    # The check below cannot pass by reading nothing: known edges are found.
+    assert "exactly.server.network" in GRAPH["exactly.server.broker"]
+    assert "exactly.protocol.apis" in GRAPH["exactly.client.connection"]
+    assert "exactly.server.services" in GRAPH["exactly.server.context"]  # under TYPE_CHECKING
+
+
+def test_imports_point_down_only() -> None:
+    wrong = []
+    for module, imported in sorted(GRAPH.items()):
+        if module in FOUNDATION:
+            continue
+        layer = _layer(module)
+        for target in sorted(imported):
+            if target in FOUNDATION or _layer(target) == layer:
+                continue
+            if _layer(target) not in ALLOWED[layer]:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "imports against the layering of DESIGN.md:\n" + "\n".join(wrong)
+
+
+def test_foundation_modules_import_nothing_of_exactly() -> None:
+    for module in FOUNDATION & set(GRAPH):
+        assert not GRAPH[module], f"{module} imports {sorted(GRAPH[module])}"
+
+
+def test_only_the_cli_and_the_test_harness_import_the_broker() -> None:
+    users = sorted(m for m, imported in GRAPH.items() if BROKER in imported)
+    assert users and all(m.startswith(BROKER_USERS) for m in users), users
+
+
+def _cycle(nodes: set[str]) -> list[str] | None:
+    """One import circle among `nodes`, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(GRAPH[node] & nodes):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(nodes):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+@pytest.mark.parametrize("package", ACYCLIC)
+def test_no_import_circle_inside(package: str) -> None:
+    nodes = {m for m in GRAPH if m.startswith(package + ".") or m == package}
+    assert len(nodes) > 5
+    circle = _cycle(nodes)
+    assert circle is None, "import circle: " + " -> ".join(circle or ())
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    # A circle made up for the check, so a broken finder cannot pass the test above.
+    GRAPH["exactly.client.fake_a"] = {"exactly.client.fake_b"}
+    GRAPH["exactly.client.fake_b"] = {"exactly.client.fake_a"}
+    try:
+        assert _cycle({"exactly.client.fake_a", "exactly.client.fake_b"}) is not None
+    finally:
+        del GRAPH["exactly.client.fake_a"], GRAPH["exactly.client.fake_b"]
