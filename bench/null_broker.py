@@ -5,7 +5,7 @@ It speaks just enough of the Kafka protocol for `bench/transactions.py`'s 1-reco
 does nothing else: no log, no disk, no coordinator state, no checks. Every topic asked for
 exists with 4 partitions on node 1; Produce answers with an offset counter. It uses what Exactly
 uses for the wire (uvloop, the same framing, kio and the hand-written answers of
-`exactly.protocol.hot`), on an `asyncio.Protocol` with no stream reader in between.
+`exactly.protocol.fast_responses`), on an `asyncio.Protocol` with no stream reader in between.
 
 What it measures: the part of a transaction's time that is the Python process answering at all,
 with zero work per request. The gap between it and Exactly is the broker's work; the gap between
@@ -76,13 +76,13 @@ class NullBroker(asyncio.Protocol):
                     self.offsets[(topic.name, p.index)] = base + 1
                     parts.append((p.index, 0, base, 0, None))
                 topics.append((topic.name, None, parts))
-            return None if request.acks == 0 else hot.produce(version, topics)
+            return None if request.acks == 0 else fast_responses.produce(version, topics)
         if key == ApiKey.ADD_PARTITIONS_TO_TXN and version <= 3:
-            return hot.add_partitions_to_txn(version, [
+            return fast_responses.add_partitions_to_txn(version, [
                 (t.name, [(p, 0) for p in t.partitions])
                 for t in request.v3_and_below_topics])
         if key == ApiKey.END_TXN:
-            return hot.end_txn(version, 0, request.producer_id, request.producer_epoch)
+            return fast_responses.end_txn(version, 0, request.producer_id, request.producer_epoch)
         if key == ApiKey.API_VERSIONS:
             return build(module.ApiVersionsResponse, error_code=OK, throttle_time=NO_THROTTLE, api_keys=tuple(
                 build(module.ApiVersion, api_key=k, min_version=SUPPORTED[k][0],

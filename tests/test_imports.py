@@ -53,6 +53,8 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+# Compiled modules (their stubs): `from package import _decode` names a module, not the package.
+EXTENSIONS = {_module_name(p.with_suffix(".py")) for p in (SRC / "exactly").rglob("*.pyi")}
 
 
 def _imports(module: str, path: Path) -> Iterator[str]:
@@ -67,8 +69,8 @@ def _imports(module: str, path: Path) -> Iterator[str]:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
             # `from package import module` names a module; `from module import name` does not.
-            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
-                     for a in node.names]
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES.keys() | EXTENSIONS
+                     else base for a in node.names]
         else:
             continue
         for name in names:

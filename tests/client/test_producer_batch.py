@@ -15,11 +15,11 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from exactly.client.accumulator import RecordAccumulator
 from exactly.client.batch import FutureRecordMetadata, ProducerBatch, RecordMetadata, varint
 from exactly.client.partitioner import DefaultPartitioner, murmur2, partition_for_key, to_positive
+from exactly.protocol.primitives import write_varint
 from exactly.protocol.records import (
     COMPRESSION_NONE,
     Record,
     RecordBatchHeader,
-    _write_varint,
     build_batch,
     decode_records,
 )
@@ -97,7 +97,7 @@ def test_restamping_keeps_the_payload_and_fixes_the_crc():
 def test_varints_match_the_reference_encoder():
     for value in [*range(-300, 70_000, 7), 2**31 - 1, -(2**31), 2**40, -(2**40)]:
         ref = bytearray()
-        _write_varint(ref, value)
+        write_varint(ref, value)
         assert varint(value) == bytes(ref), value
 
 

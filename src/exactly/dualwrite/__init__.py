@@ -8,8 +8,9 @@ together, with recovery, and atomic consumption from the log into a database.
         tx.send("order-events", value, key=key)
 
 Modules: writer (DualWriter, the recipe and recovery), consumer (AtomicConsumer), store (the
-state tables, SQLite and PostgreSQL), errors, faults (crash points for tests). A private
-PostgreSQL server for tests and benchmarks is `exactly.testing.postgres`.
+state tables, SQLite and PostgreSQL), errors. The crash tests' fault points are named
+`dualwrite.<step>` in `exactly.failpoints`; a private PostgreSQL server for tests and benchmarks
+is `exactly.testing.postgres`.
 """
 
 from exactly.dualwrite.consumer import AtomicConsumer

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 
 class DualWriteError(Exception):
-    """Base of the dual-write errors. `step` names the recipe step that failed (see faults)."""
+    """Base of the dual-write errors. `step` names the recipe step that failed (the names
+    of the `dualwrite.<step>` fault points in exactly.failpoints)."""
 
     retriable = False
 

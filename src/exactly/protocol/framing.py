@@ -16,6 +16,7 @@ from typing import Any
 from kio.serial import entity_reader, entity_writer
 
 from exactly.protocol.apis import ApiKey, request_class, response_class
+from exactly.protocol.primitives import read_uvarint
 
 SIZE = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -54,19 +55,7 @@ def _read_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:
 
 
 def _read_uvarint(frame: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(frame):
-            raise MalformedRequest("frame ends inside a varint")
-        b = frame[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise MalformedRequest("unsigned varint longer than 5 bytes")
+    return read_uvarint(frame, pos, max_bytes=5, error=MalformedRequest)
 
 
 def parse_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
@@ -144,7 +133,7 @@ def _response_tags(api_key: int, api_version: int) -> bytes:
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
     """A complete response frame, size prefix included. `response` is a kio entity, or the body
-    already encoded (bytes, from exactly.protocol.hot)."""
+    already encoded (bytes, from exactly.protocol.fast_responses)."""
     if isinstance(response, bytes):
         tags = _response_tags(api_key, api_version)
         size = 4 + len(tags) + len(response)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import cramjam
 import crc32c
 
+from exactly.protocol.primitives import read_varint, write_varint
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part not counted in batchLength
 MAGIC = 2
@@ -194,29 +196,7 @@ class Record:
 
 
 def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = 0
-    result = 0
-    while True:
-        if pos >= len(buf):
-            raise RecordBatchError("record truncated inside a varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise RecordBatchError("varint longer than 10 bytes")
-    return (result >> 1) ^ -(result & 1), pos
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)
-    v &= 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
+    return read_varint(buf, pos, error=RecordBatchError)
 
 
 def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
@@ -305,25 +285,25 @@ def decode_records(header: RecordBatchHeader) -> list[Record]:
 
 def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, rec: Record) -> None:
     body = bytearray(b"\x00")
-    _write_varint(body, ts_delta)
-    _write_varint(body, offset_delta)
+    write_varint(body, ts_delta)
+    write_varint(body, offset_delta)
     for item in (rec.key, rec.value):
         if item is None:
-            _write_varint(body, -1)
+            write_varint(body, -1)
         else:
-            _write_varint(body, len(item))
+            write_varint(body, len(item))
             body += item
-    _write_varint(body, len(rec.headers))
+    write_varint(body, len(rec.headers))
     for hkey, hval in rec.headers:
         kb = hkey.encode()
-        _write_varint(body, len(kb))
+        write_varint(body, len(kb))
         body += kb
         if hval is None:
-            _write_varint(body, -1)
+            write_varint(body, -1)
         else:
-            _write_varint(body, len(hval))
+            write_varint(body, len(hval))
             body += hval
-    _write_varint(out, len(body))
+    write_varint(out, len(body))
     out += body
 
 

@@ -32,7 +32,7 @@ from exactly.protocol.apis import SUPPORTED, ApiKey, request_class
 # API key -> the first version of the second half, for the APIs whose handler branches on the
 # version to read fields that only one half has.
 SPLITS: dict[int, int] = {
-    ApiKey.OFFSET_FETCH: 8,  # v8: many groups in one request
+    ApiKey.OFFSET_FETCH: 8,  # v8: many groups in one request (KIP-709)
     ApiKey.FIND_COORDINATOR: 4,  # v4: many keys in one request (KIP-699)
     ApiKey.LEAVE_GROUP: 3,  # v3: many members in one request (KIP-345)
     ApiKey.ADD_PARTITIONS_TO_TXN: 4,  # v4: the brokers' batched verification (KIP-890)

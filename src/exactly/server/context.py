@@ -3,9 +3,9 @@ authentication, and a way to build its response.
 
 A handler is `async def handle(ctx: RequestContext, request) -> response`, where `request` is the
 kio entity of `ctx.api_version` and the response is the kio entity of the same version (or its
-encoded bytes, for the hand-written encoders of `exactly.protocol.hot`; None for a Produce with
-acks=0). `exactly.protocol.requests` names each API's request type. Handlers are registered per
-API key in `exactly.server.handlers.HANDLERS`.
+encoded bytes, from the hand-written encoders of `exactly.protocol.fast_responses`; None for a
+Produce with acks=0). `exactly.protocol.requests` names each API's request type. Handlers are
+registered per API key in `exactly.server.handlers.HANDLERS`.
 """
 
 from __future__ import annotations

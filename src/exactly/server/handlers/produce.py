@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from exactly.log import PartitionLog
 from exactly.log.errors import LogError
-from exactly.protocol import hot
+from exactly.protocol import fast_responses
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.records import RecordBatchError, RecordBatchHeader
@@ -38,7 +38,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
         # they leave. The producer's later requests wait too, and resume in order.
         await services.transactions.wait_for_markers(txn_id)
     written: list[PartitionLog] = []
-    topic_responses: list[tuple[str, uuid.UUID | None, list[hot.ProducedPartition]]] = []
+    topic_responses: list[
+        tuple[str, uuid.UUID | None, list[fast_responses.ProducedPartition]]] = []
     # Kafka: transactional records need WRITE on the transactional id, or nothing is written.
     txn_denied = ctx.authorizing and _transactional(request) and (
         txn_id is None
@@ -47,7 +48,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
         info, name, topic_id = topic_of(ctx, topic)
         denied = txn_denied or (name is not None and not ctx.authorize(
             Operation.WRITE, ResourceType.TOPIC, name))
-        partitions: list[hot.ProducedPartition] = []
+        partitions: list[fast_responses.ProducedPartition] = []
         for pdata in topic.partition_data:
             error, message = ErrorCode.none, None
             base_offset, log_start = -1, -1
@@ -83,7 +84,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
         await services.appends.sync(written)
     if acks == 0:
         return None
-    return hot.produce(ctx.api_version, topic_responses)
+    return fast_responses.produce(ctx.api_version, topic_responses)
 
 
 def _transactional(request: ProduceRequest) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from exactly.groups import OFFSETS_TOPIC
-from exactly.protocol import hot
+from exactly.protocol import fast_responses
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.protocol.structs import TopicPartition
@@ -178,7 +178,8 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: AddPartitio
         results = _add(ctx, txn_id, client.v3_and_below_producer_id,
                        client.v3_and_below_producer_epoch, client.v3_and_below_topics, False)
         await services.appends.sync([txn.log_for(txn_id)])
-        return hot.add_partitions_to_txn(ctx.api_version, _by_topic(ctx, results).items())
+        return fast_responses.add_partitions_to_txn(ctx.api_version,
+                                                    _by_topic(ctx, results).items())
     if not ctx.authorize(Operation.CLUSTER_ACTION):
         # v4+ is the brokers' verification call (KIP-890), not a client's.
         return ctx.response(throttle_time=NO_THROTTLE,
@@ -220,7 +221,8 @@ async def handle_add_offsets_to_txn(ctx: RequestContext,
 async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> bytes:
     services = ctx.services
     if not _may_write(ctx, request.transactional_id):
-        return hot.end_txn(ctx.api_version, ErrorCode.transactional_id_authorization_failed)
+        return fast_responses.end_txn(ctx.api_version,
+                                      ErrorCode.transactional_id_authorization_failed)
     driver = services.transactions
     bump = ctx.api_version >= 5 and driver.transaction_version >= 2
     await driver.wait_for_markers(request.transactional_id)  # a retry gets the outcome
@@ -228,13 +230,14 @@ async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> bytes:
                                   request.producer_epoch, request.committed, bump_epoch=bump,
                                   now_ms=services.clock())
     if result.error != ErrorCode.none:
-        return hot.end_txn(ctx.api_version, _for_version(ctx, result.error))
+        return fast_responses.end_txn(ctx.api_version, _for_version(ctx, result.error))
     if result.markers is not None:
         # Answered once the decision is durable; the markers follow (the transaction driver).
         await driver.decide(result.markers)
     else:
         await services.appends.sync([services.txn.log_for(request.transactional_id)])
-    return hot.end_txn(ctx.api_version, ErrorCode.none, result.producer_id, result.producer_epoch)
+    return fast_responses.end_txn(ctx.api_version, ErrorCode.none, result.producer_id,
+                                  result.producer_epoch)
 
 
 async def handle_write_txn_markers(ctx: RequestContext,

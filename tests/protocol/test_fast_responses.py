@@ -1,4 +1,4 @@
-"""The hand-written encoders of exactly.protocol.hot write byte for byte what kio writes for the
+"""The hand-written encoders of exactly.protocol.fast_responses write byte for byte what kio writes for the
 same response, at every version they cover, and kio reads them back."""
 
 import datetime
@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from exactly.protocol import hot
+from exactly.protocol import fast_responses
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, response_class, response_module
 from exactly.protocol.errors import ErrorCode
 from exactly.protocol.framing import decode_response, encode_response
@@ -35,7 +35,7 @@ def _same_frame(api_key: int, version: int, entity, body: bytes):
 def test_end_txn(version, error, pid, epoch):
     entity = build(response_class(ApiKey.END_TXN, version), throttle_time=ZERO, error_code=error,
                    producer_id=pid, producer_epoch=epoch)
-    decoded = _same_frame(ApiKey.END_TXN, version, entity, hot.end_txn(version, error, pid, epoch))
+    decoded = _same_frame(ApiKey.END_TXN, version, entity, fast_responses.end_txn(version, error, pid, epoch))
     assert decoded.error_code == error
 
 
@@ -57,12 +57,12 @@ def test_add_partitions_to_txn(version, results):
                                            partition_index=p, partition_error_code=e)
                                    for p, e in parts))
                        for name, parts in results))
-    _same_frame(k, version, entity, hot.add_partitions_to_txn(version, results))
+    _same_frame(k, version, entity, fast_responses.add_partitions_to_txn(version, results))
 
 
 def test_add_partitions_to_txn_only_the_clients_versions():
     with pytest.raises(ValueError, match="v4"):
-        hot.add_partitions_to_txn(4, [])
+        fast_responses.add_partitions_to_txn(4, [])
 
 
 TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
@@ -88,5 +88,5 @@ def test_produce(version, topics):
                             record_errors=(), error_message=m)
                     for i, e, b, s, m in parts))
         for name, topic_id, parts in topics))
-    decoded = _same_frame(k, version, entity, hot.produce(version, topics))
+    decoded = _same_frame(k, version, entity, fast_responses.produce(version, topics))
     assert len(decoded.responses) == len(topics)

@@ -3,7 +3,7 @@
 
 kio builds an entity object per answer and walks it field by field in Python; for these small,
 frequent answers that was a large part of the broker's time per transaction. These functions
-write the same bytes straight from the values (tests/protocol/test_hot.py compares them with
+write the same bytes straight from the values (tests/protocol/test_fast_responses.py compares them with
 kio's encoding for every version). They return the response body; `framing.encode_response`
 adds the header.
 """
@@ -14,8 +14,8 @@ import struct
 import uuid
 from collections.abc import Iterable, Sequence
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+from exactly.protocol.primitives import I16, I32, write_uvarint
+
 _END_TXN = struct.Struct(">ih")  # throttle_time_ms, error_code
 _END_TXN_V5 = struct.Struct(">ihqh")  # + producer_id, producer_epoch
 _PARTITION_ERROR = struct.Struct(">ih")  # partition index, error code
@@ -26,19 +26,12 @@ _NO_UUID = bytes(16)
 ProducedPartition = tuple[int, int, int, int, str | None]
 
 
-def _uvarint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def _string(out: bytearray, value: str, flexible: bool) -> None:
     raw = value.encode()
     if flexible:
-        _uvarint(out, len(raw) + 1)
+        write_uvarint(out, len(raw) + 1)
     else:
-        out += _I16.pack(len(raw))
+        out += I16.pack(len(raw))
     out += raw
 
 
@@ -51,9 +44,9 @@ def _nullable_string(out: bytearray, value: str | None, flexible: bool) -> None:
 
 def _array_length(out: bytearray, length: int, flexible: bool) -> None:
     if flexible:
-        _uvarint(out, length + 1)
+        write_uvarint(out, length + 1)
     else:
-        out += _I32.pack(length)
+        out += I32.pack(length)
 
 
 def end_txn(version: int, error_code: int, producer_id: int = -1,
@@ -114,7 +107,7 @@ def produce(version: int,
                 out.append(0)  # tagged fields: current_leader is left at its default
         if flexible:
             out.append(0)
-    out += _I32.pack(0)  # throttle_time_ms
+    out += I32.pack(0)  # throttle_time_ms
     if flexible:
         out.append(0)  # tagged fields: no node_endpoints
     return bytes(out)
