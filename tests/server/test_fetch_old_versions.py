@@ -11,7 +11,7 @@ from kio.static.primitive import i8, i32, i64
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, request_class
 from exactly.protocol.errors import ErrorCode
 
-from .rawclient import RawConnection
+from tests.rawclient import RawConnection
 
 
 @pytest.mark.parametrize("version", range(SUPPORTED[ApiKey.FETCH][0], 8))

@@ -26,7 +26,7 @@ from exactly.client import Producer as ExactlyProducer
 from exactly.client import TransactionFatalError, TransactionSession
 from exactly.protocol.errors import ErrorCode
 from exactly.testing import EmbeddedBroker
-from tests.acl import wire
+from tests.server.acl import wire
 from tests.rawclient import RawConnection
 
 ANON = "User:ANONYMOUS"

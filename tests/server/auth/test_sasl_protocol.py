@@ -13,7 +13,7 @@ from exactly.client import TransactionSession
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.auth.tls import principal_of
-from tests.auth.conftest import alter_scram, hostport, secure_settings
+from tests.server.auth.conftest import alter_scram, hostport, secure_settings
 from tests.rawclient import RawConnection
 
 pytestmark = pytest.mark.timeout(120)

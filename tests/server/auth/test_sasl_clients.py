@@ -12,7 +12,7 @@ from confluent_kafka import Producer as CKProducer
 
 from exactly.client import Consumer, Producer, TransactionSession
 from exactly.client.errors import AuthenticationError
-from tests.auth.conftest import alter_scram, hostport, new_topic
+from tests.server.auth.conftest import alter_scram, hostport, new_topic
 
 pytestmark = pytest.mark.timeout(120)
 

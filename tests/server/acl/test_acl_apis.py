@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
 
 from exactly.protocol.errors import ErrorCode
 from exactly.testing import EmbeddedBroker
-from tests.acl import wire
+from tests.server.acl import wire
 from tests.rawclient import RawConnection
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
