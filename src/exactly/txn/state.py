@@ -123,6 +123,12 @@ class TxnState(enum.IntEnum):
         return self in _OPEN
 
     @property
+    def is_logged(self) -> bool:
+        """Written to `__transaction_state` as a state: Dead is a tombstone there, and
+        PrepareEpochFence lives only for the instant of a fence."""
+        return self not in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE)
+
+    @property
     def is_idle(self) -> bool:
         """No transaction in progress: a new one may begin, the id may expire."""
         return self in _IDLE

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from exactly.protocol.structs import TopicPartition
 from exactly.txn.codec import TxnCodecError, decode_key, decode_value
-from exactly.txn.state import TxnMetadata, TxnState
+from exactly.txn.state import TxnMetadata
 from exactly.txn.store import TxnLog, from_value
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class TransactionStateManager:
                 log.error("event=txn_log_bad_value transactional_id=%r offset=%d error=%r",
                           txn_id, record.offset, str(e))
                 continue
-            if meta.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
+            if not meta.state.is_logged:
                 log.error("event=txn_log_unexpected_state transactional_id=%r state=%s",
                           txn_id, meta.state.display_name)
                 continue

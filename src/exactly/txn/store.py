@@ -27,7 +27,7 @@ log = logging.getLogger("exactly.txn")
 
 
 def to_value(meta: TxnMetadata) -> TxnLogValue:
-    if meta.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
+    if not meta.state.is_logged:
         raise ValueError(f"{meta.state.display_name} is never written to the transaction log")
     partitions: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     if meta.state is not TxnState.EMPTY:  # Kafka writes a null partition list for Empty
