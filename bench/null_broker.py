@@ -23,7 +23,7 @@ import datetime
 import struct
 from typing import Any
 
-from exactly.protocol import framing, hot
+from exactly.protocol import fast_responses, framing
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, response_module
 from exactly.protocol.errors import ErrorCode
 

@@ -43,7 +43,18 @@ def write_uvarint(out: bytearray, value: int) -> None:
 
 def write_varint(out: bytearray, value: int) -> None:
     """Append a zigzag varint (the fields of a record)."""
-    write_uvarint(out, ((value << 1) ^ (value >> 63)) & _MASK64)
+    value = ((value << 1) ^ (value >> 63)) & _MASK64
+    while value >= 0x80:  # write_uvarint's loop, inline: a record's encoding calls this often
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def write_compact_string(out: bytearray, value: str) -> None:
+    """Append a compact string: its UTF-8 length + 1 as an unsigned varint, then the bytes."""
+    raw = value.encode()
+    write_uvarint(out, len(raw) + 1)
+    out += raw
 
 
 def varint_bytes(value: int) -> bytes:
@@ -105,10 +116,6 @@ class Writer:
         self.out += I64.pack(v)
         return self
 
-    def uvarint(self, v: int) -> Writer:
-        write_uvarint(self.out, v)
-        return self
-
     def string(self, v: str | None) -> Writer:
         """INT16 length, then UTF-8; None is length -1."""
         if v is None:
@@ -124,31 +131,6 @@ class Writer:
             return self.i32(-1)
         self.out += I32.pack(len(v))
         self.out += v
-        return self
-
-    def compact_string(self, v: str | None) -> Writer:
-        """Length + 1 as an unsigned varint, then UTF-8; None is 0."""
-        if v is None:
-            return self.uvarint(0)
-        raw = v.encode()
-        write_uvarint(self.out, len(raw) + 1)
-        self.out += raw
-        return self
-
-    def compact_array_length(self, n: int) -> Writer:
-        return self.uvarint(n + 1)
-
-    def no_tagged_fields(self) -> Writer:
-        self.out.append(0)
-        return self
-
-    def tagged_fields(self, fields: dict[int, bytes]) -> Writer:
-        """A tagged-field section: the count, then each field's tag, size and bytes, by tag."""
-        self.uvarint(len(fields))
-        for tag in sorted(fields):
-            data = fields[tag]
-            self.uvarint(tag).uvarint(len(data))
-            self.out += data
         return self
 
 

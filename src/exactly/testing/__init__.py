@@ -34,6 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
+from exactly import failpoints
+
 LISTENING = re.compile(r"Exactly broker listening on (?P<host>\S+):(?P<port>\d+)")
 LISTENER = re.compile(r"Exactly broker listener (?P<name>\w+) on (?P<host>\S+):(?P<port>\d+)")
 KEEP_ENV = "EXACTLY_KEEP_BROKER_DATA"  # set to 1 to keep temporary data dirs for a post-mortem
@@ -255,7 +257,10 @@ class EmbeddedBroker:
                 stdout=subprocess.PIPE,
                 stderr=log_file,
                 env=env,
-                start_new_session=True,  # a fault point's crash kills its whole session
+                # A fault point's crash kills its whole session, so a broker with fault points
+                # armed gets a session of its own; no other does, because a session is also a
+                # scheduling group of its own (autogroup), which changes what benchmarks measure.
+                start_new_session=failpoints.ENV in env,
             )
         assert self.process.stdout is not None
         self._reader = threading.Thread(

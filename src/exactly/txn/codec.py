@@ -15,7 +15,15 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from exactly.protocol.primitives import I16, I64, Reader, Writer
+from exactly.protocol.primitives import (
+    I16,
+    I32,
+    I64,
+    Reader,
+    Writer,
+    write_compact_string,
+    write_uvarint,
+)
 
 KEY_VERSION = 0
 VALUE_VERSION = 1
@@ -50,7 +58,15 @@ class TxnLogValue:
 
 
 def encode_key(transactional_id: str) -> bytes:
-    return bytes(Writer().i16(KEY_VERSION).string(transactional_id).out)
+    raw = transactional_id.encode()
+    return _KEY_HEADER.pack(KEY_VERSION, len(raw)) + raw
+
+
+# Three of these are written per transaction (Ongoing, PrepareX, CompleteX): packed with whole
+# structs and the bytearray-level primitives, not field by field through a Writer.
+_KEY_HEADER = struct.Struct(">hh")  # version, length of the transactional id
+_VALUE_HEAD = struct.Struct(">hqhib")  # version, producer id, epoch, timeout, status
+_TIMES = struct.Struct(">qq")  # last update, start
 
 
 def encode_value(v: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
@@ -58,29 +74,35 @@ def encode_value(v: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
         return _encode_value_v0(v)
     if version != 1:
         raise ValueError(f"TransactionLogValue version {version} is not supported (0 or 1)")
-    w = Writer().i16(1).i64(v.producer_id).i16(v.producer_epoch).i32(v.txn_timeout_ms)
-    w.i8(v.status)
+    out = bytearray(_VALUE_HEAD.pack(1, v.producer_id, v.producer_epoch, v.txn_timeout_ms,
+                                     v.status))
     if v.partitions is None:
-        w.compact_array_length(-1)  # null (Empty)
+        write_uvarint(out, 0)  # a null compact array (Empty)
     else:
-        w.compact_array_length(len(v.partitions))
+        write_uvarint(out, len(v.partitions) + 1)
         for topic, ids in v.partitions:
-            w.compact_string(topic).compact_array_length(len(ids))
+            write_compact_string(out, topic)
+            write_uvarint(out, len(ids) + 1)
             for p in ids:
-                w.i32(p)
-            w.no_tagged_fields()  # the entry's own (empty) tagged-field section
-    w.i64(v.last_update_ms).i64(v.start_ms)
-    # A tagged field equal to its default is left out.
-    tags: dict[int, bytes] = {}
+                out += I32.pack(p)
+            out.append(0)  # the entry's own (empty) tagged-field section
+    out += _TIMES.pack(v.last_update_ms, v.start_ms)
+    # Tagged fields, ascending by tag; a field equal to its default is left out.
+    tags: list[tuple[int, bytes]] = []
     if v.prev_producer_id != -1:
-        tags[_TAG_PREV_PRODUCER_ID] = I64.pack(v.prev_producer_id)
+        tags.append((_TAG_PREV_PRODUCER_ID, I64.pack(v.prev_producer_id)))
     if v.next_producer_id != -1:
-        tags[_TAG_NEXT_PRODUCER_ID] = I64.pack(v.next_producer_id)
+        tags.append((_TAG_NEXT_PRODUCER_ID, I64.pack(v.next_producer_id)))
     if v.client_transaction_version != 0:
-        tags[_TAG_CLIENT_TXN_VERSION] = I16.pack(v.client_transaction_version)
+        tags.append((_TAG_CLIENT_TXN_VERSION, I16.pack(v.client_transaction_version)))
     if v.next_producer_epoch != -1:
-        tags[_TAG_NEXT_PRODUCER_EPOCH] = I16.pack(v.next_producer_epoch)
-    return bytes(w.tagged_fields(tags).out)
+        tags.append((_TAG_NEXT_PRODUCER_EPOCH, I16.pack(v.next_producer_epoch)))
+    write_uvarint(out, len(tags))
+    for tag, data in tags:
+        write_uvarint(out, tag)
+        write_uvarint(out, len(data))
+        out += data
+    return bytes(out)
 
 
 def _encode_value_v0(v: TxnLogValue) -> bytes:
