@@ -70,6 +70,10 @@ def _produce(bootstrap_conf: dict, topics: list[str], w: Workload) -> Result:
     return Result(w.count / elapsed, w.count * w.size / elapsed / 1e6)
 
 
+class ShortRead(RuntimeError):
+    """The consumer read fewer records than were produced before its deadline."""
+
+
 def _consume(bootstrap_conf: dict, topics: list[str], w: Workload) -> Result:
     consumer = Consumer({**bootstrap_conf, "group.id": f"bench-{time.monotonic_ns()}",
                          "enable.auto.commit": False})
@@ -85,7 +89,7 @@ def _consume(bootstrap_conf: dict, topics: list[str], w: Workload) -> Result:
     elapsed = time.perf_counter() - started
     consumer.close()
     if got < expected:
-        raise RuntimeError(f"consumed {got} of {expected}")
+        raise ShortRead(f"consumed {got} of {expected}")
     return Result(w.count / elapsed, w.count * w.size / elapsed / 1e6)
 
 
@@ -135,7 +139,13 @@ def run_mock(w: Workload) -> tuple[Result, Result]:
     conf = {"bootstrap.servers": f"{meta.host}:{meta.port}"}
     topics = [f"mock-{w.name}-{i}" for i in range(TOPICS)]  # auto-created, PARTITIONS each
     produced = _produce(conf, topics, w)
-    consumed = _consume(conf, topics, w)
+    try:
+        consumed = _consume(conf, topics, w)
+    except ShortRead as exc:
+        # The mock is a speed reference only; some runs it loses 1 KiB records (a few percent).
+        print(f"# the mock's consume came up short ({exc}): its consume figure is left out",
+              flush=True)
+        consumed = Result(0.0, 0.0)
     del holder
     return produced, consumed
 
@@ -173,10 +183,11 @@ def main() -> None:
             rows.append((f"exactly {policy}", p, c, rss))
         for target, p, c, rss in rows:
             rss_text = f"{rss:7.0f} MiB" if rss is not None else ""
+            consume_ratio = (f"{c.msgs_per_s / mock_c.msgs_per_s:>5.2f}x" if mock_c.msgs_per_s
+                             else "  n/a ")
             print(f"{w.name:<9} {target:<16} {p.msgs_per_s:>14,.0f} {p.mb_per_s:>7.1f} "
                   f"{p.msgs_per_s / mock_p.msgs_per_s:>5.2f}x   {c.msgs_per_s:>14,.0f} "
-                  f"{c.mb_per_s:>7.1f} {c.msgs_per_s / mock_c.msgs_per_s:>5.2f}x   {rss_text:>9}",
-                  flush=True)
+                  f"{c.mb_per_s:>7.1f} {consume_ratio}   {rss_text:>9}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,7 @@ markers after it, driven in-process on the broker's event loop, `log.flush.polic
 
 What `bench/transactions.py` cannot resolve (librdkafka and two processes on two cores make the
 client the limit and the noise), this counts in the broker's code alone: microseconds of CPU per
-transaction, best of several rounds, so that two versions of the broker can be compared. Run it
-against another checkout with `PYTHONPATH=/path/to/other/src`.
+transaction, best of several rounds, so that two versions of the broker can be compared.
 
     .venv/bin/python bench/txn_cpu.py [--transactions N] [--rounds N]
 """
@@ -15,17 +14,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import tempfile
 import time
 from typing import Any
 
 from exactly.protocol.apis import ApiKey, build, request_class
 from exactly.protocol.records import Record, build_batch
 from exactly.server.auth import AuthSession, ListenerRuntime
-from exactly.server.broker import Broker
-from exactly.server.config import BrokerConfig
 from exactly.server.context import RequestContext
 from exactly.server.handlers import HANDLERS
+from exactly.server.services import Services
+from exactly.testing import broker_in_process
 
 TOPIC, PARTITIONS, TXN_ID = "t", 4, "bench-txn"
 
@@ -41,16 +39,15 @@ def _nested(api_key: int, version: int, entity: str, /, **fields: Any) -> Any:
 class Driver:
     """Calls the handlers as the network would, for one producer."""
 
-    def __init__(self, broker: Broker) -> None:
-        # The broker's handlers take its services (this version) or the broker (earlier ones).
-        self.target = getattr(broker, "services", broker)
+    def __init__(self, services: Services) -> None:
+        self.services = services
         self.session = AuthSession(ListenerRuntime("PLAINTEXT", "127.0.0.1", 0), mechanisms=(),
                                    plain_users={}, scram_store=None)  # type: ignore[arg-type]
         self.pid = self.epoch = -1
         self.sequence = [0] * PARTITIONS
 
     async def call(self, api_key: int, version: int, request: Any) -> Any:
-        ctx = RequestContext(self.target, api_key, version, 1, "bench", "127.0.0.1",
+        ctx = RequestContext(self.services, api_key, version, 1, "bench", "127.0.0.1",
                              session=self.session)
         return await HANDLERS[api_key](ctx, request)
 
@@ -89,33 +86,25 @@ class Driver:
 
 
 async def run(transactions: int, rounds: int) -> list[float]:
-    with tempfile.TemporaryDirectory() as data:
-        config = BrokerConfig.from_sources(None, {"log.dirs": data, "log.flush.policy": "os",
-                                                   "listeners": "PLAINTEXT://127.0.0.1:0"})
-        broker = Broker(config)
-        await broker.start()
-        try:
-            broker_logs = getattr(broker, "services", broker).logs
-            broker_logs.create_topic(TOPIC, PARTITIONS)
-            driver = Driver(broker)
-            await driver.init()
-            for i in range(200):  # warm-up
+    async with broker_in_process({"log.flush.policy": "os"}) as services:
+        services.logs.create_topic(TOPIC, PARTITIONS)
+        driver = Driver(services)
+        await driver.init()
+        for i in range(200):  # warm-up
+            await driver.transaction(i)
+        costs = []
+        for _ in range(rounds):
+            started = time.process_time()
+            for i in range(transactions):
                 await driver.transaction(i)
-            costs = []
-            for _ in range(rounds):
-                started = time.process_time()
-                for i in range(transactions):
-                    await driver.transaction(i)
-                costs.append((time.process_time() - started) / transactions * 1e6)
-            # Every transaction committed: its record and its marker, nothing left open.
-            logs = [broker_logs.get_log(TOPIC, p) for p in range(PARTITIONS)]
-            written = sum(plog.high_watermark for plog in logs)
-            if written != 2 * (200 + transactions * rounds) or any(
-                    plog.last_stable_offset != plog.high_watermark for plog in logs):
-                raise SystemExit(f"the transactions did not all commit: {written} records")
-            return costs
-        finally:
-            await broker.stop()
+            costs.append((time.process_time() - started) / transactions * 1e6)
+        # Every transaction committed: its record and its marker, nothing left open.
+        logs = [services.logs.get_log(TOPIC, p) for p in range(PARTITIONS)]
+        written = sum(plog.high_watermark for plog in logs)
+        if written != 2 * (200 + transactions * rounds) or any(
+                plog.last_stable_offset != plog.high_watermark for plog in logs):
+            raise SystemExit(f"the transactions did not all commit: {written} records")
+        return costs
 
 
 def main() -> None:

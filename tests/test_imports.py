@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"protocol"},
     "dualwrite": {"protocol", "client"},
     "spark": {"protocol", "client"},
-    "testing": {"protocol", "client"},
+    "testing": {"protocol", "client", "server"},  # the harness runs brokers
     "demo": {"protocol", "client", "spark", "testing"},
     "cli": {"protocol", "log", "txn", "groups", "server", "client", "dualwrite", "spark", "demo",
             "testing"},

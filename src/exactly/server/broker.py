@@ -19,7 +19,7 @@ from exactly.log import LogManager
 from exactly.server import network
 from exactly.server.acl import make_authorizer
 from exactly.server.appends import AppendService
-from exactly.server.auth import ScramCredentialStore
+from exactly.server.auth import ListenerRuntime, ScramCredentialStore
 from exactly.server.config import ConfigError, load_or_create_meta
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
 from exactly.server.transactions import TransactionDriver
@@ -67,7 +67,7 @@ class Broker:
             clock=clock,
         )
         self.connections: set[network.Connection] = set()
-        self.listeners: list[tuple[asyncio.Server, network.ListenerRuntime]] = []
+        self.listeners: list[tuple[asyncio.Server, ListenerRuntime]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._metrics: MetricsServer | None = None  # when metrics.listen is set
 
