@@ -33,7 +33,9 @@ from exactly.log.partition import PartitionLog
 from exactly.log.topic_config import (
     TOPIC_CONFIG_KEYS,
     ConfigEntry,
+    default_value,
     describe,
+    list_operation,
     log_config_for,
     validate_configs,
 )
@@ -231,13 +233,25 @@ class LogManager:
         return log_config_for(self.default_config, self._require(name).configs)
 
     def alter_topic_configs(self, name: str, set: Mapping[str, str], delete: Sequence[str], *,
+                            append: Mapping[str, str] | None = None,
+                            subtract: Mapping[str, str] | None = None,
                             validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs on a topic: SET, DELETE (back to the default), and APPEND or
+        SUBTRACT on list-typed keys, applied to the current value (the override or the default).
+        All or nothing: an InvalidConfigError changes nothing."""
         info = self._require(name)
         for key in delete:
             if key not in TOPIC_CONFIG_KEYS:
                 raise InvalidConfigError(f"unknown topic config {key!r}")
         new = {k: v for k, v in info.configs.items() if k not in delete}
-        new.update(validate_configs(set))
+        changed = dict(set)
+        for operations, is_append in ((append or {}, True), (subtract or {}, False)):
+            for key, values in operations.items():
+                current = new.get(key)
+                if current is None and key in TOPIC_CONFIG_KEYS:
+                    current = default_value(key, self.default_config)
+                changed[key] = list_operation(key, current or "", values, append=is_append)
+        new.update(validate_configs(changed))
         if validate_only:
             return
         info.configs = new

@@ -78,6 +78,7 @@ def _list_of(*choices: str) -> Parser:
         if bad or not items:
             raise ValueError(f"{raw!r} must be a comma-separated list of {', '.join(choices)}")
         return ",".join(items)
+    parse.is_list = True  # type: ignore[attr-defined]
     return parse
 
 
@@ -91,6 +92,11 @@ class ConfigKey:
     parse: Parser
     default: str  # Kafka's default, used unless `field` maps it onto the broker's LogConfig
     field: str | None = None  # LogConfig attribute this key overrides
+
+    @property
+    def is_list(self) -> bool:
+        """A comma-separated list: IncrementalAlterConfigs may APPEND to it and SUBTRACT from it."""
+        return self.parse is _any_list or getattr(self.parse, "is_list", False)
 
 
 _KEYS = [
@@ -144,6 +150,26 @@ def validate_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
         except ValueError as exc:
             raise InvalidConfigError(f"invalid value for topic config {name!r}: {exc}") from None
     return out
+
+
+def list_operation(name: str, current: str, values: str, *, append: bool) -> str:
+    """Kafka's IncrementalAlterConfigs APPEND (the items of `values` not in `current`, added at
+    its end) or SUBTRACT (the items of `values` taken out of `current`) on a list-typed key. The
+    result is validated as a SET of it would be; a key that is not a list is INVALID_CONFIG."""
+    key = TOPIC_CONFIG_KEYS.get(name)
+    if key is None:
+        raise InvalidConfigError(f"unknown topic config {name!r}; known keys: "
+                                 f"{', '.join(sorted(TOPIC_CONFIG_KEYS))}")
+    if not key.is_list:
+        raise InvalidConfigError(f"config value {'append' if append else 'subtract'} is not "
+                                 f"allowed for config key {name!r}: it is not a list")
+    items = [item.strip() for item in current.split(",") if item.strip()]
+    changes = [item.strip() for item in values.split(",") if item.strip()]
+    if append:
+        items += [item for item in dict.fromkeys(changes) if item not in items]
+    else:
+        items = [item for item in items if item not in changes]
+    return ",".join(items)
 
 
 def default_value(name: str, defaults: LogConfig) -> str:

@@ -109,19 +109,24 @@ async def handle_incremental_alter_configs(ctx: RequestContext,
         else:
             to_set: dict[str, str] = {}
             to_delete: list[str] = []
+            to_append: dict[str, str] = {}
+            to_subtract: dict[str, str] = {}
+            by_operation = {SET: to_set, APPEND: to_append, SUBTRACT: to_subtract}
             for c in res.configs:
-                if c.config_operation == SET and c.value is not None:
-                    to_set[c.name] = c.value
-                elif c.config_operation == DELETE:
+                if c.config_operation == DELETE:
                     to_delete.append(c.name)
+                elif c.config_operation in by_operation and c.value is not None:
+                    by_operation[c.config_operation][c.name] = c.value
                 else:
                     error = ErrorCode.invalid_request
-                    message = f"operation {c.config_operation} on {c.name} is not supported for " \
-                              "these (non-list) configs"
+                    message = (f"operation {c.config_operation} on {c.name} needs a value"
+                               if c.config_operation in by_operation
+                               else f"unknown operation {c.config_operation} on {c.name}")
             if error == ErrorCode.none:
                 try:
-                    ctx.services.logs.alter_topic_configs(res.resource_name, to_set, to_delete,
-                                                        validate_only=request.validate_only)
+                    ctx.services.logs.alter_topic_configs(
+                        res.resource_name, to_set, to_delete, append=to_append,
+                        subtract=to_subtract, validate_only=request.validate_only)
                 except LogError as exc:
                     error, message = exc.error_code, str(exc)
         responses.append(ctx.nested("AlterConfigsResourceResponse", error_code=error,
