@@ -74,7 +74,7 @@ class NullBroker(asyncio.Protocol):
                 for p in topic.partition_data:
                     base = self.offsets.get((topic.name, p.index), 0)
                     self.offsets[(topic.name, p.index)] = base + 1
-                    parts.append((p.index, 0, base, 0, None))
+                    parts.append((p.index, 0, base, 0, None, ()))
                 topics.append((topic.name, None, parts))
             return None if request.acks == 0 else fast_responses.produce(version, topics)
         if key == ApiKey.ADD_PARTITIONS_TO_TXN and version <= 3:

@@ -20,6 +20,13 @@ class CorruptRecordError(LogError):
 class InvalidRecordError(LogError):
     error_code = ErrorCode.invalid_record
 
+    def __init__(self, message: str,
+                 record_errors: tuple[tuple[int, str | None], ...] = ()) -> None:
+        super().__init__(message)
+        # Produce v8+ answers these: (index of the record in its batch, why), as Kafka's
+        # RecordError(batchIndex, message).
+        self.record_errors = record_errors
+
 
 class RecordTooLargeError(LogError):
     error_code = ErrorCode.message_too_large

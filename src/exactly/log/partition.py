@@ -134,7 +134,8 @@ class PartitionLog:
 
     # -- append ----------------------------------------------------------------------------
 
-    def _parse(self, view: memoryview, allow_control: bool) -> list[RecordBatchHeader]:
+    def _parse(self, view: memoryview, allow_control: bool,
+               from_client: bool = False) -> list[RecordBatchHeader]:
         total = len(view)
         if total == 0:
             raise InvalidRecordError("the produce request holds no record batch")
@@ -172,21 +173,48 @@ class PartitionLog:
                     f"batch {len(headers)} has producer id {h.producer_id} but no sequence number")
             headers.append(h)
             pos = h.end
+        # cleanup.policy is a validated list of "delete" and "compact": a substring test will do.
+        if from_client and "compact" in self.config.cleanup_policy:
+            self._require_keys(headers)
         if total > self.config.segment_bytes:
             raise RecordListTooLargeError(
                 f"{total} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
         return headers
 
+    def _require_keys(self, headers: list[RecordBatchHeader]) -> None:
+        """A compacted topic keeps the newest value per key: a record without a key is refused,
+        with its index in its batch, as Kafka's LogValidator does."""
+        reason = (f"Compacted topic cannot accept message without key in topic partition "
+                  f"{self.topic}-{self.partition}.")
+        missing: list[tuple[int, str | None]] = []
+        for h in headers:
+            try:
+                records = decode_records(h)
+            except RecordBatchError as exc:
+                raise CorruptRecordError(f"batch at {h.position}: {exc}") from None
+            missing += [(index, reason) for index, record in enumerate(records)
+                        if record.key is None]
+        if missing:
+            shown = ", ".join(f"RecordError(batchIndex={index}, message='{why}')"
+                              for index, why in missing[:3])
+            raise InvalidRecordError(
+                f"One or more records have been rejected due to {len(missing)} record errors in "
+                f"total, and only showing the first three errors at most: [{shown}]",
+                tuple(missing))
+
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None,
-               allow_control: bool = False, marker: Marker | None = None) -> AppendResult:
+               allow_control: bool = False, marker: Marker | None = None,
+               from_client: bool = False) -> AppendResult:
         """Append the batches of one Produce request, all or nothing.
 
         Control batches (transaction markers) are refused unless `allow_control`: clients may not
         write them, only the broker's own coordinators. `marker` is what the one control batch
-        holds when the caller built it (append_marker), which spares decoding it again.
+        holds when the caller built it (append_marker), which spares decoding it again. A
+        client's batches (`from_client`) to a compacted topic must give every record a key; the
+        coordinators' own records always have one, and are not decoded again to check.
         """
         view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
-        headers = self._parse(view, allow_control)
+        headers = self._parse(view, allow_control, from_client)
         if now_ms is None:
             now_ms = self._now_ms()
         append_time = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else -1

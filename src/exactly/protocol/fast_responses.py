@@ -22,8 +22,9 @@ _PARTITION_ERROR = struct.Struct(">ih")  # partition index, error code
 _PRODUCED = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
 _NO_UUID = bytes(16)
 
-# Produce: (partition index, error code, base offset, log start offset, error message)
-ProducedPartition = tuple[int, int, int, int, str | None]
+# Produce: (partition index, error code, base offset, log start offset, error message, record
+# errors: (index of the record in its batch, message))
+ProducedPartition = tuple[int, int, int, int, str | None, Sequence[tuple[int, str | None]]]
 
 
 def _string(out: bytearray, value: str, flexible: bool) -> None:
@@ -83,8 +84,8 @@ def add_partitions_to_txn(version: int,
 
 def produce(version: int,
             topics: Sequence[tuple[str, uuid.UUID | None, Sequence[ProducedPartition]]]) -> bytes:
-    """Produce v3-13 (throttle time 0, no log append time, no per-record errors): per topic, its
-    name (or, v13, its id) and its partitions."""
+    """Produce v3-13 (throttle time 0, no log append time): per topic, its name (or, v13, its
+    id) and its partitions, with their record errors from v8 on."""
     if not 3 <= version <= 13:
         raise ValueError(f"Produce v{version} is not encoded here")
     flexible = version >= 9
@@ -96,12 +97,17 @@ def produce(version: int,
         else:
             _string(out, name, flexible)
         _array_length(out, len(partitions), flexible)
-        for index, error, base_offset, log_start_offset, message in partitions:
+        for index, error, base_offset, log_start_offset, message, record_errors in partitions:
             out += _PRODUCED.pack(index, error, base_offset, -1)
             if version >= 5:
                 out += struct.pack(">q", log_start_offset)
             if version >= 8:
-                _array_length(out, 0, flexible)  # record_errors
+                _array_length(out, len(record_errors), flexible)
+                for batch_index, why in record_errors:
+                    out += I32.pack(batch_index)
+                    _nullable_string(out, why, flexible)
+                    if flexible:
+                        out.append(0)
                 _nullable_string(out, message, flexible)
             if flexible:
                 out.append(0)  # tagged fields: current_leader is left at its default

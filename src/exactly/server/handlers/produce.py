@@ -13,7 +13,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from exactly.log import PartitionLog
-from exactly.log.errors import LogError
+from exactly.log.errors import InvalidRecordError, LogError
 from exactly.protocol import fast_responses
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
@@ -51,6 +51,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
         partitions: list[fast_responses.ProducedPartition] = []
         for pdata in topic.partition_data:
             error, message = ErrorCode.none, None
+            record_errors: tuple[tuple[int, str | None], ...] = ()
             base_offset, log_start = -1, -1
             records = pdata.records
             plog = partition_log(ctx, info, pdata.index)
@@ -68,9 +69,11 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
                 error, message = _check_transaction(ctx, request, plog, records)
             if error == ErrorCode.none and plog is not None and records:
                 try:
-                    result = plog.append(records, now_ms=services.clock())
+                    result = plog.append(records, now_ms=services.clock(), from_client=True)
                 except LogError as exc:
                     error, message = exc.error_code, str(exc)
+                    if isinstance(exc, InvalidRecordError):
+                        record_errors = exc.record_errors
                     log.info("produce to %s-%d refused: %s %s", name, pdata.index,
                              error_name(error), message)
                 else:
@@ -78,7 +81,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
                     written.append(plog)  # a duplicate's original may still be awaiting its fsync
                     if not result.duplicate:
                         services.appends.notify_append(plog)
-            partitions.append((pdata.index, error, base_offset, log_start, message))
+            partitions.append((pdata.index, error, base_offset, log_start, message,
+                               record_errors))
         topic_responses.append((name or "", topic_id, partitions))
     if acks == -1 and written:
         await services.appends.sync(written)
