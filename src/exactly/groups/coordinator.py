@@ -488,9 +488,6 @@ class GroupCoordinator:
     def log_for(self, group_id: str) -> PartitionLog:
         return self.group_manager.log_for(group_id)
 
-    def take_written_logs(self) -> set[PartitionLog]:
-        return self.group_manager.take_written_logs()
-
     # -- transactional offsets (KIP-98), from txn_offsets -----------------------------------------
 
     def commit_txn_offsets(

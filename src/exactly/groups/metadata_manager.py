@@ -88,8 +88,6 @@ class GroupMetadataManager:
         # restart is written with `store_group`.
         self.groups: dict[str, Group] = {}
         self._next_expiry_check = now_ms + config.offsets_retention_check_interval_ms
-        # Every internal partition appended to since the last take_written_logs().
-        self.written_logs: set[PartitionLog] = set()
         self._load(now_ms)
 
     # -- loading ------------------------------------------------------------------------------
@@ -166,12 +164,9 @@ class GroupMetadataManager:
     def append_batch(self, group_id: str, records: list[Record], now_ms: int, *,
                      producer_id: int = -1, producer_epoch: int = -1,
                      transactional: bool = False) -> Appended:
-        """Append one batch to the group's partition (see `OffsetsLog.append`) and note the
-        partition in `written_logs`."""
-        appended = self.store.append(group_id, records, now_ms, producer_id=producer_id,
-                                     producer_epoch=producer_epoch, transactional=transactional)
-        self.written_logs.add(appended.log)
-        return appended
+        """Append one batch to the group's partition (see `OffsetsLog.append`)."""
+        return self.store.append(group_id, records, now_ms, producer_id=producer_id,
+                                 producer_epoch=producer_epoch, transactional=transactional)
 
     def store_group(self, group: Group, now_ms: int) -> PartitionLog:
         """Write the group's metadata (generation, leader, members, assignments)."""
@@ -193,11 +188,6 @@ class GroupMetadataManager:
             self.store_group(group, now_ms)
         except Exception:
             log.exception("storing empty group %s failed", group.group_id)
-
-    def take_written_logs(self) -> set[PartitionLog]:
-        """The internal partitions written since the last call (for the broker to sync)."""
-        logs, self.written_logs = self.written_logs, set()
-        return logs
 
     def partition_for(self, group_id: str) -> int:
         """The number of the `__consumer_offsets` partition that holds this group."""
