@@ -51,6 +51,14 @@ CATALOGUE: dict[str, str] = {
     "txn.after_prepare": "PrepareCommit/PrepareAbort is durable, no marker written yet",
     "txn.before_markers": "an EndTxn was answered, its markers are not written yet",
     "txn.after_markers": "every marker is durable, CompleteCommit/CompleteAbort not written yet",
+    # The log cleaner (log/cleaner.py, log/swap.py), in its worker thread: one group of segments.
+    "log.cleaner.after_cleaned": "the cleaned segment is written and fsynced as .cleaned files, "
+                                 "not yet renamed",
+    "log.cleaner.after_swap": "the cleaned files are renamed to .swap (committed); the old "
+                              "segments are all still there",
+    "log.cleaner.after_delete": "the group's other old segments are deleted; the .swap files "
+                                "are not yet renamed over the first one's",
+    "log.cleaner.after_checkpoint": "a clean is done and the cleaner checkpoint written",
     # The Spark streaming sink (spark/stream_sink.py); `count` is the micro-batch id.
     "spark.task.write": "a task's first attempt, after each Arrow batch of rows it sent",
     "spark.driver.after_prepare": "the driver's commit: every task's work is done, no decision "

@@ -8,7 +8,7 @@ import pytest
 
 import exactly.configdef
 from exactly.groups.config import GROUP_KEYS, GroupConfig
-from exactly.log.config import LOG_DIRS_KEY, LOG_KEYS, LogConfig
+from exactly.log.config import CLEANER_KEYS, LOG_DIRS_KEY, LOG_KEYS, LogConfig
 from exactly.server.acl import make_authorizer
 from exactly.server.acl.config import ACL_KEYS
 from exactly.server.auth.config import AUTH_KEYS
@@ -301,11 +301,15 @@ def test_every_package_key_is_gathered_in_describe_configs_order():
         "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.retention.ms",
         "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
         "log.retention.check.interval.ms", "log.index.interval.bytes", "log.index.size.max.bytes",
-        "message.max.bytes", "log.flush.policy", "socket.request.max.bytes",
-        "offsets.topic.num.partitions", "offsets.retention.minutes",
+        "message.max.bytes", "log.flush.policy", "log.flush.offset.checkpoint.interval.ms",
+        "log.cleaner.enable", "log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second",
+        "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms", "log.cleaner.delete.retention.ms",
+        "socket.request.max.bytes",
+        "offsets.topic.num.partitions", "offsets.topic.segment.bytes", "offsets.retention.minutes",
         "group.initial.rebalance.delay.ms", "group.min.session.timeout.ms",
         "group.max.session.timeout.ms", "transaction.state.log.num.partitions",
-        "transaction.max.timeout.ms", "transactional.id.expiration.ms",
+        "transaction.state.log.segment.bytes", "transaction.max.timeout.ms", "transactional.id.expiration.ms",
         "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         "transaction.partition.verification.enable", "transaction.two.phase.commit.enable",
@@ -316,7 +320,8 @@ def test_every_package_key_is_gathered_in_describe_configs_order():
         "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",
         "num.network.threads", "num.io.threads",
     ]
-    for key in (LOG_DIRS_KEY, *LOG_KEYS, *GROUP_KEYS, *TXN_KEYS, *AUTH_KEYS, *ACL_KEYS):
+    for key in (LOG_DIRS_KEY, *LOG_KEYS, *CLEANER_KEYS, *GROUP_KEYS, *TXN_KEYS, *AUTH_KEYS,
+                *ACL_KEYS):
         assert KEYS[key.name] is key
 
 

@@ -83,7 +83,8 @@ class GroupListing:
 class GroupMetadataManager:
     def __init__(self, logs: LogManager, config: GroupConfig, *, now_ms: int) -> None:
         self.config = config
-        self.store = OffsetsLog(logs, config.offsets_topic_num_partitions)
+        self.store = OffsetsLog(logs, config.offsets_topic_num_partitions,
+                                config.offsets_topic_segment_bytes)
         # Every group by id. The coordinator changes membership in place; what must survive a
         # restart is written with `store_group`.
         self.groups: dict[str, Group] = {}

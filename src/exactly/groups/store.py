@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exactly.log.internal_topic import InternalTopic
+from exactly.log.internal_topic import DEFAULT_SEGMENT_BYTES, InternalTopic
 from exactly.log.markers import parse_marker
 from exactly.protocol.records import (
     NO_PRODUCER_EPOCH,
@@ -50,9 +50,10 @@ class Appended:
 
 
 class OffsetsLog:
-    def __init__(self, logs: LogManager, num_partitions: int) -> None:
+    def __init__(self, logs: LogManager, num_partitions: int,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
         self.logs = logs
-        self.topic = InternalTopic(logs, OFFSETS_TOPIC, num_partitions)
+        self.topic = InternalTopic(logs, OFFSETS_TOPIC, num_partitions, segment_bytes=segment_bytes)
         self.num_partitions = self.topic.num_partitions
 
     def partition(self, group_id: str) -> int:

@@ -7,11 +7,22 @@ The broker-level keys are declared here (`LOG_DIRS_KEY`, `LOG_KEYS`), as Kafka's
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exactly.configdef import HOUR_MS, MINUTE_MS, Key, int_range, long_range, one_of, split_list
+from exactly.configdef import (
+    HOUR_MS,
+    LONG_MAX,
+    MINUTE_MS,
+    Key,
+    int_range,
+    long_range,
+    one_of,
+    parse_bool,
+    split_list,
+)
 
 FLUSH_POLICIES = ("fsync", "os")
 
@@ -28,6 +39,20 @@ class LogConfig:
     flush_policy: str = "fsync"  # log.flush.policy: fsync | os
     cleanup_policy: str = "delete"  # log.cleanup.policy / cleanup.policy: retention runs only with "delete"
     message_timestamp_type: str = "CreateTime"  # log.message.timestamp.type / message.timestamp.type
+    # Compaction (log/cleaner.py); broker keys log.cleaner.*, topic keys in parentheses.
+    min_cleanable_dirty_ratio: float = 0.5  # (min.cleanable.dirty.ratio)
+    min_compaction_lag_ms: int = 0  # (min.compaction.lag.ms)
+    max_compaction_lag_ms: int = LONG_MAX  # (max.compaction.lag.ms)
+    delete_retention_ms: int = 24 * 3600 * 1000  # (delete.retention.ms): tombstones and markers
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The broker's log cleaner (log.cleaner.*): one thread, as Kafka's default."""
+
+    enable: bool = True  # log.cleaner.enable
+    backoff_ms: int = 15_000  # log.cleaner.backoff.ms: sleep when no log needs cleaning
+    io_max_bytes_per_second: float = sys.float_info.max  # log.cleaner.io.max.bytes.per.second
 
 
 # -- the broker's keys -------------------------------------------------------------------------
@@ -47,6 +72,46 @@ LOG_DIRS_KEY = Key(
     _parse_dirs,
     "The data directory (comma list accepted; the first is used). Alias: log.dir.",
     ("log.dir",),
+)
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("must be a number from 0 to 1") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be a number from 0 to 1")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("must be a positive number of bytes per second") from None
+    if not value > 0:
+        raise ValueError("must be a positive number of bytes per second")
+    return value
+
+
+CLEANER_KEYS: tuple[Key, ...] = (
+    Key("log.cleaner.enable", "BOOLEAN", True, parse_bool,
+        "Run the log cleaner, which compacts logs with cleanup.policy=compact."),
+    Key("log.cleaner.backoff.ms", "LONG", 15000, long_range(0),
+        "How long the cleaner sleeps when no log needs cleaning."),
+    Key("log.cleaner.io.max.bytes.per.second", "DOUBLE", sys.float_info.max, _rate,
+        "The cleaner reads and writes at most this many bytes per second."),
+    Key("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, _ratio,
+        "Default min.cleanable.dirty.ratio: the share of a log not yet cleaned above which it "
+        "is cleaned."),
+    Key("log.cleaner.min.compaction.lag.ms", "LONG", 0, long_range(0),
+        "Default min.compaction.lag.ms: a record stays uncompacted at least this long."),
+    Key("log.cleaner.max.compaction.lag.ms", "LONG", LONG_MAX, long_range(1),
+        "Default max.compaction.lag.ms: a record is compacted at most this long after it was "
+        "written, whatever the dirty ratio (once its segment rolled)."),
+    Key("log.cleaner.delete.retention.ms", "LONG", 86400000, long_range(0),
+        "Default delete.retention.ms: how long tombstones and transaction markers are kept "
+        "after the records they delete or end are gone."),
 )
 
 LOG_KEYS: tuple[Key, ...] = (
@@ -113,6 +178,14 @@ LOG_KEYS: tuple[Key, ...] = (
         "Exactly's own key. fsync: a write is acknowledged once it is on disk (survives a power "
         "cut); os: once the OS has it (survives a crash of the broker, not of the machine).",
     ),
+    Key(
+        "log.flush.offset.checkpoint.interval.ms",
+        "INT",
+        60000,
+        int_range(1),
+        "How often the recovery point of every partition (how far its log is fsynced) is written "
+        "to recovery-point-offset-checkpoint; after a crash only the log after it is validated.",
+    ),
 )
 
 
@@ -147,4 +220,14 @@ def log_config(values: Mapping[str, Any]) -> LogConfig:
         segment_index_bytes=values["log.index.size.max.bytes"],
         max_message_bytes=values["message.max.bytes"],
         flush_policy=values["log.flush.policy"],
+        min_cleanable_dirty_ratio=values["log.cleaner.min.cleanable.ratio"],
+        min_compaction_lag_ms=values["log.cleaner.min.compaction.lag.ms"],
+        max_compaction_lag_ms=values["log.cleaner.max.compaction.lag.ms"],
+        delete_retention_ms=values["log.cleaner.delete.retention.ms"],
     )
+
+
+def cleaner_config(values: Mapping[str, Any]) -> CleanerConfig:
+    return CleanerConfig(enable=values["log.cleaner.enable"],
+                         backoff_ms=values["log.cleaner.backoff.ms"],
+                         io_max_bytes_per_second=values["log.cleaner.io.max.bytes.per.second"])

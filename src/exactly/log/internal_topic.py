@@ -19,22 +19,26 @@ log = logging.getLogger("exactly.log")
 # (the coordinators expire their entries by their own rules, with tombstones).
 INTERNAL_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1",
                           "segment.bytes": "104857600"}
+DEFAULT_SEGMENT_BYTES = 104857600  # offsets.topic.segment.bytes, transaction.state.log.segment.bytes
 _READ_BYTES = 1024 * 1024
 
 
 class InternalTopic:
-    def __init__(self, logs: LogManager, name: str, num_partitions: int) -> None:
+    def __init__(self, logs: LogManager, name: str, num_partitions: int, *,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
         self.logs = logs
         self.name = name
         info = logs.topic(name)
         if info is None:
             try:
-                info = logs.create_topic(name, num_partitions, dict(INTERNAL_TOPIC_CONFIGS),
-                                         internal=True)
+                info = logs.create_topic(
+                    name, num_partitions,
+                    {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(segment_bytes)}, internal=True)
             except TopicAlreadyExistsError:
                 info = logs.topic(name)
                 assert info is not None
-        # An existing topic keeps its partition count: keys must not move to other partitions.
+        # An existing topic keeps its partition count (keys must not move to other partitions)
+        # and its segment.bytes, as Kafka applies these keys only when it creates the topic.
         self.num_partitions = info.num_partitions
 
     def partition(self, key: str) -> int:

@@ -4,6 +4,12 @@ Crash safety: the metadata file is replaced atomically (temp file, fsync, rename
 fsync). Creating writes partition directories first and the metadata last; deleting writes the
 metadata first and removes directories after. Partition directories that the metadata does not
 list are left-overs of an interrupted create or delete and are removed on start.
+
+The recovery points of every partition (how far each log is fsynced) are kept in
+`recovery-point-offset-checkpoint`, as Kafka does: written by `checkpoint_recovery_points` (the
+broker calls it every `log.flush.offset.checkpoint.interval.ms`) and after the logs closed,
+read once on start, so that recovery after a crash validates only what follows them
+(loader.py).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exactly.log.checkpoints import RECOVERY_POINT_CHECKPOINT, read_checkpoint, write_checkpoint
 from exactly.log.config import LogConfig
 from exactly.log.errors import (
     InvalidConfigError,
@@ -122,14 +129,17 @@ class LogManager:
             if owner is None or int(m.group(2)) >= owner.num_partitions:
                 log.warning("event=orphan_partition_removed dir=%s", p)
                 shutil.rmtree(p, ignore_errors=True)
+        recovery_points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         for info in topics:
             config = self.log_config(info.name)
             for partition in range(info.num_partitions):
-                self._open_partition(info.name, partition, config)
+                self._open_partition(info.name, partition, config,
+                                     recovery_points.get((info.name, partition)))
 
-    def _open_partition(self, name: str, partition: int, config: LogConfig) -> PartitionLog:
+    def _open_partition(self, name: str, partition: int, config: LogConfig,
+                        recovery_point: int | None = None) -> PartitionLog:
         plog = PartitionLog.open(self.log_dir / f"{name}-{partition}", config, clock=self._clock,
-                                 topic=name, partition=partition)
+                                 topic=name, partition=partition, recovery_point=recovery_point)
         self._logs[(name, partition)] = plog
         return plog
 
@@ -276,7 +286,16 @@ class LogManager:
         for plog in self._logs.values():
             plog.flush()
 
+    def checkpoint_recovery_points(self) -> None:
+        """Write every partition's recovery point to `recovery-point-offset-checkpoint` (replaced
+        whole): each is taken after the index entries leading to it are fsynced."""
+        write_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT,
+                         {key: plog.recovery_point() for key, plog in self._logs.items()})
+
     def close(self) -> None:
+        if not self._logs:  # closed already: keep the checkpoint of that close
+            return
         for plog in self._logs.values():
             plog.close()
+        self.checkpoint_recovery_points()  # every log is fsynced to its end now
         self._logs.clear()

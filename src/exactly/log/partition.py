@@ -84,6 +84,8 @@ class PartitionLog:
         self.high_watermark = 0
         self.flushed_offset = 0  # everything below is on disk (fsync)
         self._dir_dirty = False
+        self.cleaning = False  # the log cleaner works on it: retention waits (log/cleaner.py)
+        self.closed = False  # closed or deleted: a clean in progress is dropped
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -92,8 +94,11 @@ class PartitionLog:
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, clock: Callable[[], float] = time.time,
-             topic: str | None = None, partition: int | None = None) -> PartitionLog:
-        """Open the partition in `directory`, creating it, or recovering it after a crash."""
+             topic: str | None = None, partition: int | None = None,
+             recovery_point: int | None = None) -> PartitionLog:
+        """Open the partition in `directory`, creating it, or recovering it after a crash: from
+        `recovery_point` (this partition's entry of the recovery-point checkpoint) when the files
+        agree with it, see loader.py."""
         directory = Path(directory)
         if topic is None or partition is None:
             parsed_topic, parsed_partition = _parse_dir_name(directory.name)
@@ -101,21 +106,33 @@ class PartitionLog:
             partition = parsed_partition if partition is None else partition
         directory.mkdir(parents=True, exist_ok=True)
         self = cls(directory, config, clock, topic, partition)
-        self._load()
+        self._load(recovery_point)
         return self
 
-    def _load(self) -> None:
+    def _load(self, recovery_point: int | None) -> None:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        segments, txn_rebuild_from = load_segments(self.directory, self.config, clean=clean,
-                                                   now_ms=self._now_ms())
+        loaded = load_segments(self.directory, self.config, clean=clean, now_ms=self._now_ms(),
+                               recovery_point=recovery_point)
+        segments = loaded.segments
+        # Bytes read and CRC-checked at open, from the recovery point to the end (0 after a clean
+        # stop): what a crash cost this start.
+        self.validated_bytes_at_open = loaded.validated_bytes
+        self._synced_recovery_point = -1  # recovery_point() fsynced the indexes leading to it
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self.log_start_offset = segments[0].base_offset
         self.log_end_offset = self.high_watermark = segments[-1].next_offset
         load_producer_state(self.producer_state, segments, log_start_offset=self.log_start_offset,
-                            log_end_offset=self.log_end_offset, txn_rebuild_from=txn_rebuild_from)
-        self.flushed_offset = self.log_end_offset if clean else self.log_start_offset
+                            log_end_offset=self.log_end_offset,
+                            txn_rebuild_from=loaded.txn_rebuild_from)
+        # After a crash, what recovery validated past the recovery point may not be on disk yet.
+        if clean:
+            self.flushed_offset = self.log_end_offset
+        elif loaded.recovered_from is not None:
+            self.flushed_offset = loaded.recovered_from
+        else:
+            self.flushed_offset = self.log_start_offset
         marker.unlink(missing_ok=True)
         fsync_dir(self.directory)  # the marker must be gone before anything new is written
         self._dir_dirty = False
@@ -298,13 +315,19 @@ class PartitionLog:
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions that have records in
         [start_offset, end_offset), ordered by first offset: what read_committed Fetch lists."""
+        found = self.aborted_transaction_entries(start_offset, end_offset)
+        found.sort(key=lambda t: t.first_offset)
+        return [(t.producer_id, t.first_offset) for t in found]
+
+    def aborted_transaction_entries(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted-transaction index entries with records in [start_offset, end_offset),
+        markers' offsets included (what the cleaner needs)."""
         found: list[AbortedTxn] = []
         idx = max(0, bisect_right(self._bases, start_offset) - 1)
         for seg in self._segments[idx:]:
             if seg.txn_index.collect(start_offset, end_offset, found):
                 break
-        found.sort(key=lambda t: t.first_offset)
-        return [(t.producer_id, t.first_offset) for t in found]
+        return found
 
     def ongoing_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of its open transaction."""
@@ -344,10 +367,13 @@ class PartitionLog:
         return seg
 
     def roll(self, now_ms: int | None = None) -> LogSegment:
-        """Seal the active segment (fsync: older segments are always durable) and start a new one."""
+        """Seal the active segment (fsync: older segments are always durable) and start a new one.
+        An empty active segment is not rolled (two segments would share a base offset)."""
         if now_ms is None:
             now_ms = self._now_ms()
         old = self._segments[-1]
+        if old.is_empty:
+            return old
         old.seal()
         self.flushed_offset = max(self.flushed_offset, self.log_end_offset)
         self.producer_state.take_snapshot(self.log_end_offset, keep_from=self.log_start_offset)
@@ -448,15 +474,30 @@ class PartitionLog:
         seg.sync()
         self.flushed_offset = max(self.flushed_offset, target)
 
+    def recovery_point(self) -> int:
+        """The offset to record in the recovery-point checkpoint (loader.py): the log is fsynced
+        below it (`flushed_offset`), and so, once this returns, are the active segment's offset
+        and time index entries that lead to it: they are written lazily, so they are written and
+        fsynced here. Runs on the owner's thread (it writes what appends keep in memory)."""
+        point = self.flushed_offset  # read first: every entry below it is already in memory
+        if (self._segments and point > self._segments[-1].base_offset
+                and point != self._synced_recovery_point):
+            active = self._segments[-1]
+            active.index.sync()
+            active.time_index.sync()
+            self._synced_recovery_point = point
+        return point
+
     def update_config(self, config: LogConfig) -> None:
         self.config = config
         for seg in self._segments:
             seg.index_interval = config.index_interval_bytes
 
     def apply_retention(self, now_ms: int) -> int:
-        """Delete whole old segments past retention.ms / retention.bytes; never the active one."""
+        """Delete whole old segments past retention.ms / retention.bytes; never the active one,
+        nor while the cleaner copies segments (the next round will)."""
         cfg = self.config
-        if "delete" not in cfg.cleanup_policy.split(","):
+        if "delete" not in cfg.cleanup_policy.split(",") or self.cleaning:
             return 0
         candidates = self._segments[:-1]
         by_time = 0
@@ -490,10 +531,12 @@ class PartitionLog:
 
     def close(self) -> None:
         """Clean shutdown: data and indexes on disk, producer snapshot, clean-shutdown marker."""
+        self.closed = True
         if not self._segments:
             return
         active = self._segments[-1]
         active.sync()
+        self.flushed_offset = self.log_end_offset  # the recovery point LogManager.close writes
         active.index.sync()
         active.time_index.sync()
         active.txn_index.sync()
@@ -509,8 +552,21 @@ class PartitionLog:
         self._segments = []
         self._bases = []
 
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """The cleaner swapped the files of `old` (consecutive segments) for `new`: swap the
+        segments in memory too. The old ones are closed, not deleted (their files are gone or
+        are the new one's now)."""
+        start = next((i for i, seg in enumerate(self._segments) if seg is old[0]), None)
+        if start is None or self._segments[start : start + len(old)] != old:
+            raise ValueError(f"{self}: the cleaned segments are no longer in the log")
+        self._segments[start : start + len(old)] = [new]
+        self._bases = [seg.base_offset for seg in self._segments]
+        for seg in old:
+            seg.close()
+
     def delete(self) -> None:
         """Close the files without a shutdown snapshot; the caller removes the directory."""
+        self.closed = True
         for seg in self._segments:
             seg.close()
         self._segments = []

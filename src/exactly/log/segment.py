@@ -4,10 +4,13 @@ time, aborted transactions)."""
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from exactly.log.errors import StorageError
+from exactly.log.files import fsync_dir
 from exactly.log.index import OffsetIndex, TimeIndex
 from exactly.log.txn_index import TransactionIndex
 from exactly.protocol.records import (
@@ -90,13 +93,20 @@ def _pwritev_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], off
 class LogSegment:
     """A segment file and its indexes; the partition log decides when to roll and what to append."""
 
-    def __init__(self, directory: Path, base_offset: int, *, index_interval: int, created_ms: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, *, index_interval: int, created_ms: int,
+                 file_suffix: str = "") -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = directory / segment_name(base_offset, ".log")
-        self.index = OffsetIndex(directory / segment_name(base_offset, ".index"), base_offset)
-        self.time_index = TimeIndex(directory / segment_name(base_offset, ".timeindex"), base_offset)
-        self.txn_index = TransactionIndex(directory / segment_name(base_offset, ".txnindex"), base_offset)
+        # "" for a segment of the log; the cleaner builds its output as ".cleaned" files and
+        # renames them to ".swap", then to the plain names (rename_files).
+        self.file_suffix = file_suffix
+        self.log_path = directory / segment_name(base_offset, ".log" + file_suffix)
+        self.index = OffsetIndex(directory / segment_name(base_offset, ".index" + file_suffix),
+                                 base_offset)
+        self.time_index = TimeIndex(directory / segment_name(base_offset, ".timeindex" + file_suffix),
+                                    base_offset)
+        self.txn_index = TransactionIndex(
+            directory / segment_name(base_offset, ".txnindex" + file_suffix), base_offset)
         self.index_interval = index_interval
         self.created_ms = created_ms
         self.size = 0
@@ -116,8 +126,10 @@ class LogSegment:
         return self._fd
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, *, index_interval: int, created_ms: int) -> LogSegment:
-        seg = cls(directory, base_offset, index_interval=index_interval, created_ms=created_ms)
+    def create(cls, directory: Path, base_offset: int, *, index_interval: int, created_ms: int,
+               file_suffix: str = "") -> LogSegment:
+        seg = cls(directory, base_offset, index_interval=index_interval, created_ms=created_ms,
+                  file_suffix=file_suffix)
         for path in (seg.log_path, seg.index.path, seg.time_index.path, seg.txn_index.path):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         return seg
@@ -165,6 +177,31 @@ class LogSegment:
         self.time_index.delete()
         self.txn_index.delete()
         self.log_path.unlink(missing_ok=True)
+
+    @property
+    def paths(self) -> tuple[Path, Path, Path, Path]:
+        """The files of the segment: the log, then its offset, time and transaction indexes."""
+        return self.log_path, self.index.path, self.time_index.path, self.txn_index.path
+
+    def rename_files(self, file_suffix: str) -> None:
+        """Rename the index files, make that durable, then the log, and make that durable: a
+        crash leaves the log under its old name (the renamed indexes are then left-overs) or
+        everything renamed. Open descriptors stay valid."""
+        old = len(self.file_suffix)
+        indexes = (self.index, self.time_index, self.txn_index)
+        for index in indexes:
+            index.close()
+        for index in indexes:
+            target = index.path.with_name(index.path.name[: len(index.path.name) - old] + file_suffix)
+            os.replace(index.path, target)
+            index.path = target
+        fsync_dir(self.directory)
+        target = self.log_path.with_name(self.log_path.name[: len(self.log_path.name) - old]
+                                         + file_suffix)
+        os.replace(self.log_path, target)
+        self.log_path = target
+        self.file_suffix = file_suffix
+        fsync_dir(self.directory)
 
     def largest_timestamp(self) -> int:
         """For retention: the largest record timestamp, or the file's mtime if there is none."""
@@ -251,61 +288,121 @@ class LogSegment:
 
         False when anything disagrees; the caller then runs recover().
         """
-        self.size = os.fstat(self.fd).st_size
-        if not self.index.load() or not self.time_index.load():
-            return False
-        if self.size == 0:
-            return not self.index.keys and not self.time_index.keys
-        if not self.time_index.keys:
-            return False
-        idx = self.index
-        if not idx.keys or idx.values[0] != 0 or idx.keys[0] < self.base_offset or idx.values[-1] >= self.size:
-            return False
-        try:
-            first = next(scan_batches(self.fd, 0, self.size, whole=False))[1]
-            if first.base_offset != idx.keys[0]:
-                return False
-            self.first_timestamp = first.max_timestamp
-            last = self.time_index.last()
-            if last is not None:
-                self.max_timestamp, self.offset_of_max_timestamp = last
-            start = idx.values[-1]
-            expected = idx.keys[-1]
-            next_offset = self.base_offset
-            for pos, header in scan_batches(self.fd, start, self.size, whole=False):
-                if pos == start and header.base_offset != expected:
-                    return False
-                if header.base_offset < next_offset:
-                    return False
-                if self.offset_of_max_timestamp < 0 or header.max_timestamp > self.max_timestamp:
-                    self.max_timestamp = header.max_timestamp
-                    self.offset_of_max_timestamp = header.base_offset
-                next_offset = header.next_offset
-        except TornBatch:
-            return False
-        if self.time_index.keys and not (
-            self.base_offset <= self.time_index.values[0] and self.time_index.values[-1] < next_offset
-        ):
-            return False
-        self.next_offset = next_offset
-        self._bytes_since_index = self.size - idx.values[-1]
-        return True
-
-    def recover(self) -> int:
-        """Validate every batch (CRC included), rebuild the indexes, and cut the file at the first
-        invalid batch. Returns the number of bytes truncated."""
         file_size = os.fstat(self.fd).st_size
+        if file_size == 0:
+            self.size = 0
+            return (self.index.load() and self.time_index.load()
+                    and not self.index.keys and not self.time_index.keys)
+        return self._trust_below(None, file_size) is not None
+
+    def recover(self) -> Recovery:
+        """Validate every batch (CRC included), rebuild the indexes, and cut the file at the first
+        invalid batch."""
         self.index.reset()
         self.time_index.reset()
         self.size = 0
         self.next_offset = self.base_offset
         self.max_timestamp = self.offset_of_max_timestamp = self.first_timestamp = -1
         self._bytes_since_index = None
-        valid_end = 0
+        recovery = self._validate_from(0)
+        self.index.rewrite()
+        self.time_index.rewrite()
+        self._sync_index_files()
+        return recovery
+
+    def recover_from(self, offset: int) -> Recovery | None:
+        """Recover after a crash from the recovery point `offset`, a batch boundary below which
+        this segment and the index entries that find it were fsynced (PartitionLog.recovery_point):
+        the batches below it are trusted as load() trusts a sealed segment (headers checked, not
+        CRCs), only those from it on are validated, and the file is cut at the first invalid one.
+
+        None when the files disagree with the recovery point (an index is missing or wrong, the
+        offset lies inside a batch or past the end of the file): the caller then runs recover().
+        """
+        position = self._trust_below(offset, os.fstat(self.fd).st_size)
+        if position is None:
+            return None
+        for index in (self.index, self.time_index):
+            # Entries at or past the recovery point may point at bytes that validation cuts:
+            # drop them from the file; the ones below stay as they were fsynced.
+            os.truncate(index.path, index.size_bytes)
+        recovery = self._validate_from(position)
+        self.write_indexes()
+        self._sync_index_files()
+        return recovery
+
+    def _sync_index_files(self) -> None:
+        """Make the offset and time index files durable as recovery left them. Later entries are
+        fsynced through the descriptor that writes them (PartitionLog.recovery_point), but a file
+        recovery rewrote or cut has no such descriptor: without this, a recovery point taken
+        before the next entry could rely on entries a power cut brings back stale."""
+        for index in (self.index, self.time_index):
+            fd = os.open(index.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _trust_below(self, limit: int | None, file_size: int) -> int | None:
+        """Load the indexes and the segment's state from its files, trusting every batch (or, with
+        `limit`, those below that offset, which must be a batch boundary): the index entries
+        below the limit, the first batch's header and those after the last kept index entry are
+        checked, no CRC. Returns where the trusted batches end, or None when anything disagrees.
+        """
+        idx, times = self.index, self.time_index
+        if not idx.load() or not times.load():
+            return None
+        if limit is not None:  # indexes are sorted by offset: keep the entries below the limit
+            kept = bisect_left(idx.keys, limit)
+            del idx.keys[kept:], idx.values[kept:]
+            kept = bisect_left(times.values, limit)
+            del times.keys[kept:], times.values[kept:]
+        if (not times.keys or not idx.keys or idx.values[0] != 0 or idx.keys[0] < self.base_offset
+                or idx.values[-1] >= file_size):
+            return None
+        start, expected = idx.values[-1], idx.keys[-1]
+        next_offset, end = self.base_offset, start
         try:
-            for pos, header in scan_batches(self.fd, 0, file_size, whole=True):
+            first = next(scan_batches(self.fd, 0, file_size, whole=False))[1]
+            if first.base_offset != idx.keys[0]:
+                return None
+            self.first_timestamp = first.max_timestamp
+            self.max_timestamp, self.offset_of_max_timestamp = times.keys[-1], times.values[-1]
+            for pos, header in scan_batches(self.fd, start, file_size, whole=False):
+                if pos == start and header.base_offset != expected:
+                    return None
+                if limit is not None and header.base_offset >= limit:
+                    break
+                if header.base_offset < next_offset:
+                    return None
+                if header.max_timestamp > self.max_timestamp:
+                    self.max_timestamp = header.max_timestamp
+                    self.offset_of_max_timestamp = header.base_offset
+                next_offset = header.next_offset
+                end = pos + header.size
+        except TornBatch:
+            if limit is None:
+                return None
+            # A batch torn past the recovery point is validation's to cut; one torn below it
+            # leaves next_offset short of the limit, and the check below refuses the point.
+        if limit is not None and next_offset != limit:
+            return None
+        if not self.base_offset <= times.values[0] <= times.values[-1] < next_offset:
+            return None
+        self.size = end
+        self.next_offset = next_offset
+        self._bytes_since_index = end - idx.values[-1]
+        return end
+
+    def _validate_from(self, position: int) -> Recovery:
+        """Validate the batches from `position` to the end of the file (CRC included), index
+        them, and cut the file at the first invalid one."""
+        file_size = os.fstat(self.fd).st_size
+        valid_end = position
+        try:
+            for pos, header in scan_batches(self.fd, position, file_size, whole=True):
                 try:
-                    header.validate()
+                    header.validate(dense=False)  # a cleaned segment has gaps
                 except RecordBatchError as exc:
                     raise TornBatch(pos, str(exc)) from None
                 if header.base_offset < self.next_offset:
@@ -317,6 +414,13 @@ class LogSegment:
         if valid_end < file_size:
             os.ftruncate(self.fd, valid_end)
             os.fsync(self.fd)
-        self.index.rewrite()
-        self.time_index.rewrite()
-        return file_size - valid_end
+        return Recovery(validated=file_size - position, truncated=file_size - valid_end)
+
+
+class Recovery(NamedTuple):
+    """What recovering a segment read: `validated` bytes, from where validation began (the
+    segment's start, or the recovery point) to the end of the file, checked batch by batch with
+    CRCs up to the first invalid batch; `truncated` bytes cut off there."""
+
+    validated: int
+    truncated: int

@@ -1,5 +1,5 @@
 """Topic-level configuration: the keys Kafka users know, their validation, defaults and mapping onto
-LogConfig. Keys that do not change this broker's behaviour (single node, no compaction yet) are
+LogConfig. Keys that do not change this broker's behaviour (single node: replication, ISR) are
 still accepted, validated and described, so tools that set them keep working."""
 
 from __future__ import annotations
@@ -103,14 +103,15 @@ _KEYS = [
     ConfigKey("cleanup.policy", _list_of("delete", "compact"), "delete", "cleanup_policy"),
     ConfigKey("compression.type",
               _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer"),
-    ConfigKey("delete.retention.ms", _integer(0, _LONG_MAX), "86400000"),
+    ConfigKey("delete.retention.ms", _integer(0, _LONG_MAX), "86400000", "delete_retention_ms"),
     ConfigKey("file.delete.delay.ms", _integer(0, _LONG_MAX), "60000"),
     ConfigKey("flush.messages", _integer(1, _LONG_MAX), str(_LONG_MAX)),
     ConfigKey("flush.ms", _integer(0, _LONG_MAX), str(_LONG_MAX)),
     ConfigKey("follower.replication.throttled.replicas", _any_list, ""),
     ConfigKey("index.interval.bytes", _integer(0, _INT_MAX), "4096", "index_interval_bytes"),
     ConfigKey("leader.replication.throttled.replicas", _any_list, ""),
-    ConfigKey("max.compaction.lag.ms", _integer(1, _LONG_MAX), str(_LONG_MAX)),
+    ConfigKey("max.compaction.lag.ms", _integer(1, _LONG_MAX), str(_LONG_MAX),
+              "max_compaction_lag_ms"),
     ConfigKey("max.message.bytes", _integer(0, _INT_MAX), "1048588", "max_message_bytes"),
     ConfigKey("message.downconversion.enable", _boolean, "true"),
     ConfigKey("message.timestamp.after.max.ms", _integer(0, _LONG_MAX), str(_LONG_MAX)),
@@ -118,8 +119,8 @@ _KEYS = [
     ConfigKey("message.timestamp.difference.max.ms", _integer(0, _LONG_MAX), str(_LONG_MAX)),
     ConfigKey("message.timestamp.type", _one_of("CreateTime", "LogAppendTime", ignore_case=True),
               "CreateTime", "message_timestamp_type"),
-    ConfigKey("min.cleanable.dirty.ratio", _double(0.0, 1.0), "0.5"),
-    ConfigKey("min.compaction.lag.ms", _integer(0, _LONG_MAX), "0"),
+    ConfigKey("min.cleanable.dirty.ratio", _double(0.0, 1.0), "0.5", "min_cleanable_dirty_ratio"),
+    ConfigKey("min.compaction.lag.ms", _integer(0, _LONG_MAX), "0", "min_compaction_lag_ms"),
     ConfigKey("min.insync.replicas", _integer(1, _INT_MAX), "1"),
     ConfigKey("preallocate", _boolean, "false"),
     ConfigKey("retention.bytes", _integer(-1, _LONG_MAX), "-1", "retention_bytes"),
@@ -187,7 +188,7 @@ def log_config_for(defaults: LogConfig, overrides: Mapping[str, str]) -> LogConf
         if key is None or key.field is None:
             continue
         current = getattr(defaults, key.field)
-        changes[key.field] = int(value) if isinstance(current, int) else value
+        changes[key.field] = type(current)(value) if isinstance(current, (int, float)) else value
     return dataclasses.replace(defaults, **changes) if changes else defaults
 
 

@@ -127,8 +127,11 @@ class RecordBatchHeader:
     def compute_crc(self) -> int:
         return crc32c.crc32c(memoryview(self.buffer)[self.position + 21 : self.end])
 
-    def validate(self, max_size: int | None = None) -> None:
-        """Check what can be checked without decoding records: magic, lengths, CRC, counts."""
+    def validate(self, max_size: int | None = None, *, dense: bool = True) -> None:
+        """Check what can be checked without decoding records: magic, lengths, CRC, counts.
+
+        `dense`: one record per offset, as producers write batches. A log that was cleaned
+        holds batches with gaps (records removed, offsets kept): check those with dense=False."""
         if self.magic != MAGIC:
             raise RecordBatchError(f"unsupported record batch magic {self.magic}, only magic 2 is accepted",
                                    corrupt=False)
@@ -144,7 +147,8 @@ class RecordBatchHeader:
                                    corrupt=False)
         if self.records_count < 0 or self.last_offset_delta < 0:
             raise RecordBatchError("record batch has a negative record count or offset delta", corrupt=False)
-        if self.records_count > 0 and self.last_offset_delta != self.records_count - 1 and not self.is_control:
+        if (dense and self.records_count > 0 and self.last_offset_delta != self.records_count - 1
+                and not self.is_control):
             # Kafka's own producers always write dense batches; a gap here is a broken client.
             raise RecordBatchError(
                 f"record batch lastOffsetDelta {self.last_offset_delta} does not match "
@@ -339,5 +343,32 @@ def build_batch(
     _HEADER.pack_into(buf, 0, base_offset, batch_length, partition_leader_epoch, MAGIC, 0, attributes,
                       len(records) - 1, base_ts, max(stamps), producer_id, producer_epoch,
                       base_sequence, len(records))
+    struct.pack_into(">I", buf, 17, crc32c.crc32c(memoryview(buf)[21:]))
+    return bytes(buf)
+
+
+def rebuild_batch(header: RecordBatchHeader, records: Sequence[Record]) -> bytes:
+    """The batch of `header` holding only `records` (some of its own, as decode_records gave
+    them), for the log cleaner. Everything the batch says about itself stays: base offset, last
+    offset delta (so the producer's last sequence survives, as Kafka's cleaner keeps it),
+    timestamps, producer id, epoch, base sequence, attributes; each record keeps its offset and
+    timestamp. With no record left the batch is empty (records count 0, not compressed): what a
+    cleaner keeps of a producer's last batch."""
+    body = bytearray()
+    for rec in records:
+        _encode_record(body, rec.offset - header.base_offset, rec.timestamp - header.base_timestamp,
+                       rec)
+    attributes = header.attributes
+    if records:
+        payload = compress(header.compression, bytes(body))
+    else:
+        payload = b""
+        attributes &= ~ATTR_COMPRESSION_MASK
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    buf = bytearray(HEADER_SIZE) + payload
+    _HEADER.pack_into(buf, 0, header.base_offset, batch_length, header.partition_leader_epoch, MAGIC,
+                      0, attributes, header.last_offset_delta, header.base_timestamp,
+                      header.max_timestamp, header.producer_id, header.producer_epoch,
+                      header.base_sequence, len(records))
     struct.pack_into(">I", buf, 17, crc32c.crc32c(memoryview(buf)[21:]))
     return bytes(buf)

@@ -21,6 +21,7 @@ from exactly.server.acl import make_authorizer
 from exactly.server.appends import AppendService
 from exactly.server.auth import ListenerRuntime, ScramCredentialStore
 from exactly.server.config import ConfigError, load_or_create_meta
+from exactly.server.log_cleaning import CleanerService
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
 from exactly.server.transactions import TransactionDriver
 from exactly.txn import TransactionCoordinator
@@ -46,9 +47,11 @@ class Broker:
         producer_ids = ProducerIdManager(self.log_dir / "producer_ids")
         txn = TransactionCoordinator(logs, producer_ids, config.txn_config(), now_ms=clock())
         appends = AppendService(config.log_config().flush_policy)
+        self._cleaning = CleanerService(logs, config.cleaner_config(), clock)
         transaction_version: int = config["transaction.version"]
         self.services = Services(
             logs=logs,
+            cleaner=self._cleaning.cleaner,
             txn=txn,
             producer_ids=producer_ids,
             groups=groups,
@@ -83,10 +86,13 @@ class Broker:
                     lambda: services.groups.tick(services.clock()))
         self._every(config["log.retention.check.interval.ms"] / 1000, "retention check",
                     self._apply_retention)
+        self._every(config["log.flush.offset.checkpoint.interval.ms"] / 1000,
+                    "recovery point checkpoint", services.logs.checkpoint_recovery_points)
         self._every(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000,
                     "transaction timeout check", services.transactions.abort_timed_out)
         self._every(config["producer.id.expiration.check.interval.ms"] / 1000,
                     "producer id expiration", self._expire_producers)
+        self._cleaning.start()
         await self._start_metrics()
         return bound[0], bound[1]
 
@@ -144,6 +150,7 @@ class Broker:
         if self._metrics is not None:
             await self._metrics.stop()
         await self.services.transactions.stop()
+        await self._cleaning.stop()
         self.services.logs.close()
 
 

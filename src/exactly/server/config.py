@@ -31,7 +31,17 @@ from typing import Any
 # ConfigError is defined in configdef; callers keep importing it from here.
 from exactly.configdef import ConfigError, Key, int_range, parse_bool, render
 from exactly.groups.config import GROUP_KEYS, GroupConfig, check_group_keys, group_config
-from exactly.log.config import LOG_DIRS_KEY, LOG_KEYS, LogConfig, log_config, retention_ms, roll_ms
+from exactly.log.config import (
+    CLEANER_KEYS,
+    LOG_DIRS_KEY,
+    LOG_KEYS,
+    CleanerConfig,
+    LogConfig,
+    cleaner_config,
+    log_config,
+    retention_ms,
+    roll_ms,
+)
 from exactly.log.files import write_atomically
 from exactly.server.acl.config import ACL_KEYS
 from exactly.server.auth.config import AUTH_KEYS, plain_users
@@ -41,7 +51,8 @@ from exactly.txn.state import TxnConfig
 # DescribeConfigs wire values (org.apache.kafka.common.requests.DescribeConfigsResponse).
 CONFIG_SOURCE_STATIC_BROKER = 4
 CONFIG_SOURCE_DEFAULT = 5
-CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "LIST": 7}
+CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
+                   "LIST": 7}
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -266,6 +277,7 @@ _KEYS: tuple[Key, ...] = (
     ),
     Key("delete.topic.enable", "BOOLEAN", True, parse_bool, "Allow DeleteTopics."),
     *LOG_KEYS,
+    *CLEANER_KEYS,
     Key("socket.request.max.bytes", "INT", 104857600, int_range(1), "Largest request accepted."),
     *GROUP_KEYS,
     *TXN_KEYS,
@@ -477,6 +489,10 @@ class BrokerConfig:
     def log_config(self) -> LogConfig:
         """The broker-wide defaults of every partition log (topic configs override them)."""
         return log_config(self._values)
+
+    def cleaner_config(self) -> CleanerConfig:
+        """The log cleaner's settings (log.cleaner.*)."""
+        return cleaner_config(self._values)
 
     def txn_config(self) -> TxnConfig:
         """The transaction coordinator's settings."""

@@ -5,7 +5,9 @@ Two kinds of metric:
   per API, bytes in and out;
 - the broker's state, read at scrape time by `BrokerCollector` (nothing polls): the seed's
   `active-transaction-open-time-max` (KIP-939), transactions by state, and each partition's last
-  stable offset lag behind its high watermark (an open transaction holds read_committed back).
+  stable offset lag behind its high watermark (an open transaction holds read_committed back),
+  and the log cleaner's progress: bytes read and written, records removed, the last clean's time
+  and duration, and each compacted partition's dirty ratio (Kafka's LogCleaner metrics).
 
 The HTTP server runs on the broker's event loop, so the collector reads the coordinator and the
 logs on the same thread that changes them.
@@ -21,7 +23,7 @@ from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -77,9 +79,39 @@ class BrokerCollector(Collector):
     def describe(self) -> list[Any]:
         return []  # unchecked collector: its metric names are not reserved in the registry
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield from self._transactions()
         yield self._lso_lag()
+        yield from self._cleaner()
+
+    def _cleaner(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        m = self.services.cleaner.metrics
+        for name, text, value in (
+            ("runs", "Cleans done.", m.runs),
+            ("read_bytes", "Bytes of segments the cleaner read (offset map and copy).",
+             m.bytes_read),
+            ("written_bytes", "Bytes of cleaned segments the cleaner wrote.", m.bytes_written),
+            ("removed_records", "Records the cleaner removed.", m.records_removed),
+        ):
+            counter = CounterMetricFamily(f"exactly_log_cleaner_{name}", text)
+            counter.add_metric([], value)
+            yield counter
+        last = GaugeMetricFamily("exactly_log_cleaner_last_clean_timestamp_seconds",
+                                 "When the last clean was planned (0: none yet).")
+        last.add_metric([], m.last_clean_ms / 1000)
+        yield last
+        took = GaugeMetricFamily("exactly_log_cleaner_last_clean_duration_seconds",
+                                 "How long the last clean took.")
+        took.add_metric([], m.last_clean_seconds)
+        yield took
+        dirty = GaugeMetricFamily(
+            "exactly_log_cleaner_dirty_ratio",
+            "Share of a compacted partition's cleanable bytes not cleaned yet, as of the "
+            "cleaner's last look (min.cleanable.dirty.ratio is the threshold).",
+            labels=["topic", "partition"])
+        for (topic, partition), ratio in sorted(m.dirty_ratios.items()):
+            dirty.add_metric([topic, str(partition)], ratio)
+        yield dirty
 
     def _transactions(self) -> Iterator[GaugeMetricFamily]:
         now_ms = self.services.clock()

@@ -4,6 +4,7 @@
 it uses) and cannot reach the broker itself, as Tansu's services get a narrow typed context:
 
     logs          the partition logs (exactly.log.LogManager)
+    cleaner       the log cleaner's choices, checkpoint and figures (exactly.log.cleaner)
     txn           the transaction coordinator's state machine (exactly.txn)
     groups        the group coordinator's state machine (exactly.groups)
     transactions  the transaction driver: markers, recovery, KIP-890 write verification
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from exactly.groups import GroupCoordinator
     from exactly.log import LogManager
+    from exactly.log.cleaner import LogCleaner
     from exactly.server.acl import Authorizer
     from exactly.server.appends import AppendService
     from exactly.server.auth import ScramCredentialStore
@@ -51,6 +53,7 @@ class BrokerIdentity:
 @dataclass(frozen=True, slots=True)
 class Services:
     logs: LogManager
+    cleaner: LogCleaner
     txn: TransactionCoordinator
     producer_ids: ProducerIdManager
     groups: GroupCoordinator

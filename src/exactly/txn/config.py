@@ -25,6 +25,14 @@ TXN_KEYS: tuple[Key, ...] = (
         "Partitions of __transaction_state (fixed once the topic exists).",
     ),
     Key(
+        "transaction.state.log.segment.bytes",
+        "INT",
+        104857600,
+        int_range(1),
+        "segment.bytes of __transaction_state, set when the topic is created: the log cleaner "
+        "compacts the segments before the active one.",
+    ),
+    Key(
         "transaction.max.timeout.ms",
         "INT",
         900000,
@@ -92,6 +100,7 @@ def txn_config(values: Mapping[str, Any]) -> TxnConfig:
     """The coordinator's TxnConfig of the typed values of the keys above."""
     return TxnConfig(
         num_partitions=values["transaction.state.log.num.partitions"],
+        segment_bytes=values["transaction.state.log.segment.bytes"],
         max_timeout_ms=values["transaction.max.timeout.ms"],
         transactional_id_expiration_ms=values["transactional.id.expiration.ms"],
     )

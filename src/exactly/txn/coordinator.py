@@ -58,7 +58,8 @@ class TransactionCoordinator:
         self.config = config
         self.producer_ids = producer_ids
         self.loaded_ms = now_ms
-        self.state_manager = TransactionStateManager(logs, config.num_partitions)
+        self.state_manager = TransactionStateManager(logs, config.num_partitions,
+                                                     config.segment_bytes)
 
     # -- InitProducerId -------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ log = logging.getLogger("exactly.txn")
 
 
 class TransactionStateManager:
-    def __init__(self, logs: LogManager, num_partitions: int) -> None:
-        self.txn_log = TxnLog(logs, num_partitions)
+    def __init__(self, logs: LogManager, num_partitions: int, segment_bytes: int) -> None:
+        self.txn_log = TxnLog(logs, num_partitions, segment_bytes)
         self._txns: dict[str, TxnMetadata] = {}
         self._load()
 

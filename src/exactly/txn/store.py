@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from exactly.log.internal_topic import InternalTopic
+from exactly.log.internal_topic import DEFAULT_SEGMENT_BYTES, InternalTopic
 from exactly.protocol.records import Record, build_batch, decode_records
 from exactly.protocol.structs import TopicPartition
 from exactly.txn.codec import TxnLogValue, encode_key, encode_value
@@ -77,8 +77,9 @@ def _ended_by(meta: TxnMetadata) -> tuple[int, int]:
 
 
 class TxnLog:
-    def __init__(self, logs: LogManager, num_partitions: int) -> None:
-        self.topic = InternalTopic(logs, TXN_TOPIC, num_partitions)
+    def __init__(self, logs: LogManager, num_partitions: int,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+        self.topic = InternalTopic(logs, TXN_TOPIC, num_partitions, segment_bytes=segment_bytes)
         self.num_partitions = self.topic.num_partitions
 
     def partition(self, transactional_id: str) -> int:
