@@ -464,3 +464,42 @@ def test_kill9_of_a_writer_that_checkpoints(tmp_path: Path) -> None:
         assert plog.append(nxt).base_offset == plog.log_end_offset - 1
     finally:
         logs.close()
+
+
+def test_a_producer_snapshot_at_the_checkpoint_bounds_the_replay(tmp_path: Path) -> None:
+    """With each checkpoint the broker snapshots the producer state of logs that grew: after a
+    crash the replay starts there, not at the active segment's base, and the state is the same
+    as a full replay gives; the index entry of an aborted transaction below it, which the
+    replay does not recompute, comes from its file (fsynced with the snapshot)."""
+    directory = tmp_path / "t-0"
+    plog = PartitionLog.open(directory, LogConfig())
+    append_batches(plog, 300)
+    plog.append(batch(1, pid=9, epoch=0, seq=0, transactional=True))
+    plog.append_marker(9, 0, commit=False)
+    plog.flush()
+    plog.recovery_point()
+    write = plog.snapshot_producer_state()
+    assert write is not None
+    write()
+    assert plog.snapshot_producer_state() is None  # nothing new since
+    snapshot_at = plog.log_end_offset
+    append_batches(plog, 20)
+    expected = plog.producer_state.last_entry(PID)
+    crash(plog)
+
+    again = PartitionLog.open(directory, LogConfig())
+    try:
+        assert again.replayed_from_at_open == snapshot_at > again.active_segment.base_offset
+        assert again.producer_state.last_entry(PID) == expected
+        assert again.aborted_transactions(0, again.log_end_offset) == [(9, 600)]
+    finally:
+        again.close()
+    for path in directory.glob("*.snapshot"):  # without snapshots: the whole log is replayed
+        path.unlink()
+    full = PartitionLog.open(directory, LogConfig())
+    try:
+        assert full.replayed_from_at_open == 0
+        assert full.producer_state.last_entry(PID) == expected
+        assert full.aborted_transactions(0, full.log_end_offset) == [(9, 600)]
+    finally:
+        full.close()

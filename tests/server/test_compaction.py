@@ -1,16 +1,19 @@
 """Log compaction over TCP with confluent-kafka (issue 13): a compacted topic written with keys,
 tombstones and transactions is cleaned by the broker's log cleaner and read back; idempotent
 producers keep producing after their old batches were cleaned away, across a kill -9 too; the
-cleaner's figures are on /metrics."""
+cleaner's figures are on /metrics; a topic deleted in the middle of its clean."""
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from exactly import failpoints
 from exactly.log.checkpoints import CLEANER_CHECKPOINT, read_checkpoint
 from exactly.testing import EmbeddedBroker
 from tests.support import create_topic
@@ -151,3 +154,30 @@ def test_idempotent_producer_goes_on_after_its_batches_were_cleaned(broker_facto
     assert errors == []
     assert newest(read_all(broker.bootstrap, "idem")) == {
         **{f"k{k}".encode(): b"third-19" * 10 for k in range(5)}, b"roll": b"y" * 1500}
+
+
+def test_a_topic_deleted_while_it_is_being_cleaned(broker_factory) -> None:
+    """DeleteTopics while the cleaner is inside a clean of that topic (held at a fault point):
+    the clean is dropped, the directory goes, the broker goes on, and the name can be reused."""
+    env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
+    env[failpoints.ENV] = "log.cleaner.after_cleaned=pause:3"
+    broker = broker_factory(settings=CLEANER, env=env)
+    create_topic(broker.bootstrap, "doomed", config=TOPIC)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for n in range(40):
+        producer.produce("doomed", b"v" * 200, key=f"k{n % 3}".encode())
+        producer.flush(10)
+    partition = Path(broker.data_dir) / "doomed-0"
+    deadline = time.monotonic() + 30
+    while not any(p.name.endswith(".cleaned") for p in partition.glob("*")):
+        assert time.monotonic() < deadline, "the cleaner never began a clean of the topic"
+        time.sleep(0.05)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics(["doomed"])["doomed"].result(10)
+    time.sleep(3.5)  # the pause ends: the worker finds its partition gone
+    assert broker.running and not partition.exists()
+    assert "event=log_clean_stopped partition=doomed-0" in broker.log_text()
+    create_topic(broker.bootstrap, "doomed", config=TOPIC)
+    producer.produce("doomed", b"again", key=b"k")
+    producer.flush(10)
+    assert read_all(broker.bootstrap, "doomed") == [(0, b"k", b"again")]

@@ -210,3 +210,19 @@ def test_second_coordinator_on_fresh_dir(tmp_path: Path) -> None:
         assert coord.pending_markers() == []
     finally:
         logs.close()
+
+
+def test_the_quick_load_and_the_record_by_record_load_agree(env: Env) -> None:
+    """`_load` decodes only each id's newest record; `_load_slowly`, every record: on a log with
+    many records per id (begins, ends, open transactions) they give the same state."""
+    coord = env.coordinator
+    for n in range(45):
+        txn_id = f"t{n % 7}"
+        pid, epoch = begin(coord, txn_id, partitions=(P0, P1) if n % 2 else (P2,))
+        if n < 42:  # the last three stay open
+            coord.end_txn(txn_id, pid, epoch, n % 3 != 0, bump_epoch=n % 2 == 0, now_ms=T0 + 1)
+            coord.markers_written(txn_id, T0 + 2)
+    manager = env.restart(T0 + 10).state_manager
+    quick = dict(manager._txns)
+    manager._load_slowly()
+    assert manager._txns == quick and len(quick) == 7

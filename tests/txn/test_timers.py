@@ -6,8 +6,12 @@ from collections.abc import Callable
 
 import pytest
 
+from exactly.log.cleaner import LogCleaner
+from exactly.log.config import CleanerConfig
 from exactly.protocol.errors import ErrorCode
-from exactly.txn import TransactionCoordinator, TxnState
+from exactly.protocol.records import Record, build_batch, decode_records, iter_batches
+from exactly.txn import TXN_TOPIC, TransactionCoordinator, TxnState
+from exactly.txn.codec import encode_key
 
 from .conftest import T0, TIMEOUT, TXN, Env
 from .helpers import P0, P1, begin, init, log_end, state
@@ -122,3 +126,39 @@ def test_failed_write_changes_nothing(coord: TransactionCoordinator,
     monkeypatch.undo()
     (m,) = coord.tick(T0 + TIMEOUT + 2)
     assert m.producer_epoch == epoch + 1
+
+
+def test_an_expired_id_is_compacted_away(make_env: Callable[..., Env]) -> None:
+    """Expiry writes a tombstone (issue 13): the log cleaner then removes the id's records, and
+    the tombstone itself once delete.retention.ms has passed; the other ids stay."""
+    env = make_env(transactional_id_expiration_ms=DAY, num_partitions=1)
+    coord = env.coordinator
+    for _ in range(3):
+        pid, epoch = begin(coord, "gone")
+        coord.end_txn("gone", pid, epoch, True, bump_epoch=False, now_ms=T0 + 1)
+        coord.markers_written("gone", T0 + 2)
+    init(coord, "kept", now=T0 + DAY)
+    coord.tick(T0 + DAY + 3)
+    assert coord.describe("gone") is None and coord.describe("kept") is not None
+    plog = coord.log_for("gone")
+    plog.roll(T0 + DAY + 4)  # what is written so far becomes cleanable
+
+    def keys() -> list[tuple[bytes | None, bool]]:
+        found, offset = [], plog.log_start_offset
+        while data := plog.read(offset, 1 << 20):
+            for h in iter_batches(data):
+                found += [(r.key, r.value is None) for r in decode_records(h)]
+                offset = h.next_offset
+        return found
+
+    env.logs.alter_topic_configs(TXN_TOPIC, {"min.cleanable.dirty.ratio": "0"}, [])
+    cleaner = LogCleaner(env.logs.log_dir, env.logs.logs, CleanerConfig())
+    assert cleaner.clean_once(T0 + DAY + 5) is not None
+    assert keys() == [(encode_key("kept"), False), (encode_key("gone"), True)]
+    plog.append(build_batch([Record(encode_key("other"), None)], timestamp=T0 + 3 * DAY))
+    plog.roll(T0 + 3 * DAY)
+    assert cleaner.clean_once(T0 + 3 * DAY) is not None  # past delete.retention.ms (1 day)
+    # The old tombstone went; the new one (written now, to make the log dirty) stays for a day.
+    assert keys() == [(encode_key("kept"), False), (encode_key("other"), True)]
+    coord = env.restart(T0 + 3 * DAY)
+    assert coord.describe("gone") is None and coord.describe("kept") is not None

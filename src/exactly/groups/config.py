@@ -17,7 +17,7 @@ class GroupConfig:
     min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
     max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
     offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions
-    offsets_topic_segment_bytes: int = 104_857_600  # offsets.topic.segment.bytes
+    offsets_topic_segment_bytes: int = 262_144  # offsets.topic.segment.bytes
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes, in ms
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
@@ -38,7 +38,7 @@ GROUP_KEYS: tuple[Key, ...] = (
     Key(
         "offsets.topic.segment.bytes",
         "INT",
-        104857600,
+        262144,
         int_range(1),
         "segment.bytes of __consumer_offsets, set when the topic is created: the log cleaner "
         "compacts the segments before the active one.",

@@ -17,9 +17,12 @@ log = logging.getLogger("exactly.log")
 
 # Kafka keeps these topics forever through compaction; the log's time retention is turned off
 # (the coordinators expire their entries by their own rules, with tombstones).
-INTERNAL_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1",
-                          "segment.bytes": "104857600"}
-DEFAULT_SEGMENT_BYTES = 104857600  # offsets.topic.segment.bytes, transaction.state.log.segment.bytes
+INTERNAL_TOPIC_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "-1"}
+# offsets.topic.segment.bytes and transaction.state.log.segment.bytes. Kafka's default is 100 MiB;
+# ours is 256 KiB: a coordinator replays its topic's active segments (which the cleaner never
+# touches) on every start, each of its 50 partitions has one, and a Python broker replays about
+# 30 MiB a second (bench/recovery.py). Small segments roll, so the cleaner keeps the rest small.
+DEFAULT_SEGMENT_BYTES = 256 * 1024
 _READ_BYTES = 1024 * 1024
 
 

@@ -25,9 +25,12 @@ Apache Kafka does with its `recovery-point-offset-checkpoint`:
   with it (an index entry missing or wrong, the offset inside a batch or past the end of the
   file, say after the file was truncated), the whole active segment is validated, as without a
   checkpoint.
-- The producer state is rebuilt as before, from the newest snapshot (taken at roll and clean
-  stop) and the batch headers after it: after a crash that is still the active segment's
-  headers from its base (no CRC, no record decoded).
+- The producer state is rebuilt from the newest snapshot and the batch headers after it (no
+  CRC, no record decoded). Snapshots are taken at roll, at a clean stop, and by the broker with
+  each recovery-point checkpoint for every log that grew, so after a crash the replay covers at
+  most one checkpoint interval.
+- The broker fsyncs every log before it writes the checkpoint (a no-op under
+  `log.flush.policy=fsync`), so under `os` too a crash costs at most one interval of validation.
 """
 
 from __future__ import annotations
@@ -150,9 +153,10 @@ def _load_txn_index(seg: LogSegment, recovered: bool) -> bool:
 
 
 def load_producer_state(ps: ProducerStateManager, segments: list[LogSegment], *, log_start_offset: int,
-                        log_end_offset: int, txn_rebuild_from: int) -> None:
+                        log_end_offset: int, txn_rebuild_from: int) -> int:
     """Load the newest snapshot at or below `txn_rebuild_from` and replay the log after it:
-    producer state, open transactions, and every aborted-transaction entry from there on."""
+    producer state, open transactions, and every aborted-transaction entry from there on.
+    Returns the offset the replay started from."""
     start = ps.load_snapshot(min_offset=log_start_offset, max_offset=log_end_offset,
                              at_most=min(txn_rebuild_from, log_end_offset))
     if start is None:
@@ -182,3 +186,4 @@ def load_producer_state(ps: ProducerStateManager, segments: list[LogSegment], *,
     for seg in segments:
         if seg.txn_index.dirty:
             seg.txn_index.rewrite()
+    return start

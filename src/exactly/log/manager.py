@@ -282,9 +282,18 @@ class LogManager:
         """Drop idle producers without an open transaction from every log (producer.id.expiration.ms)."""
         return sum(plog.expire_producers(now_ms, expiration_ms) for plog in self._logs.values())
 
-    def flush_all(self) -> None:
-        for plog in self._logs.values():
-            plog.flush()
+    def flush_all(self, logs: list[PartitionLog] | None = None) -> None:
+        """fsync every log (or `logs`: a list taken on the owner's thread, when this runs in a
+        worker thread); logs closed meanwhile are skipped."""
+        for plog in self.logs() if logs is None else logs:
+            if not plog.closed:
+                plog.flush()
+
+    def snapshot_producer_states(self) -> list[Callable[[], None]]:
+        """A producer-state snapshot of every log that grew since its newest (see
+        PartitionLog.snapshot_producer_state): the writes, to run in any thread."""
+        writes = [plog.snapshot_producer_state() for plog in self._logs.values()]
+        return [write for write in writes if write is not None]
 
     def checkpoint_recovery_points(self) -> None:
         """Write every partition's recovery point to `recovery-point-offset-checkpoint` (replaced

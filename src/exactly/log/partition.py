@@ -123,9 +123,10 @@ class PartitionLog:
         self._bases = [s.base_offset for s in segments]
         self.log_start_offset = segments[0].base_offset
         self.log_end_offset = self.high_watermark = segments[-1].next_offset
-        load_producer_state(self.producer_state, segments, log_start_offset=self.log_start_offset,
-                            log_end_offset=self.log_end_offset,
-                            txn_rebuild_from=loaded.txn_rebuild_from)
+        # Where the producer state's replay began: the newest usable snapshot, or the log start.
+        self.replayed_from_at_open = load_producer_state(
+            self.producer_state, segments, log_start_offset=self.log_start_offset,
+            log_end_offset=self.log_end_offset, txn_rebuild_from=loaded.txn_rebuild_from)
         # After a crash, what recovery validated past the recovery point may not be on disk yet.
         if clean:
             self.flushed_offset = self.log_end_offset
@@ -133,6 +134,7 @@ class PartitionLog:
             self.flushed_offset = loaded.recovered_from
         else:
             self.flushed_offset = self.log_start_offset
+        self._snapshot_offset = max(self.producer_state.snapshot_offsets(), default=-1)
         marker.unlink(missing_ok=True)
         fsync_dir(self.directory)  # the marker must be gone before anything new is written
         self._dir_dirty = False
@@ -377,6 +379,7 @@ class PartitionLog:
         old.seal()
         self.flushed_offset = max(self.flushed_offset, self.log_end_offset)
         self.producer_state.take_snapshot(self.log_end_offset, keep_from=self.log_start_offset)
+        self._snapshot_offset = self.log_end_offset
         seg = LogSegment.create(self.directory, self.log_end_offset,
                                 index_interval=self.config.index_interval_bytes, created_ms=now_ms)
         self._segments.append(seg)
@@ -474,6 +477,22 @@ class PartitionLog:
         seg.sync()
         self.flushed_offset = max(self.flushed_offset, target)
 
+    def snapshot_producer_state(self) -> Callable[[], None] | None:
+        """A producer-state snapshot at the log end, if the log grew since the newest one: the
+        broker takes one with each recovery-point checkpoint, so that a start after a crash
+        replays the batch headers after it, not the whole active segment (loader.py). The
+        aborted-transaction entries below it are made durable first, as the loader recomputes
+        only those at or after the snapshot it starts from.
+
+        Returns the writing of the snapshot, to run in any thread (None: none needed)."""
+        if self.log_end_offset <= self._snapshot_offset or not self._segments:
+            return None
+        self._segments[-1].txn_index.sync()
+        offset, keep_from = self.log_end_offset, self.log_start_offset
+        data = self.producer_state.encode_snapshot(offset)
+        self._snapshot_offset = offset
+        return lambda: self.producer_state.store_snapshot(offset, data, keep_from=keep_from)
+
     def recovery_point(self) -> int:
         """The offset to record in the recovery-point checkpoint (loader.py): the log is fsynced
         below it (`flushed_offset`), and so, once this returns, are the active segment's offset
@@ -541,6 +560,7 @@ class PartitionLog:
         active.time_index.sync()
         active.txn_index.sync()
         self.producer_state.take_snapshot(self.log_end_offset, keep_from=self.log_start_offset)
+        self._snapshot_offset = self.log_end_offset
         fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.fsync(fd)

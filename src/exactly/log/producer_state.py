@@ -262,12 +262,20 @@ class ProducerStateManager:
 
     def take_snapshot(self, offset: int, *, keep_from: int = 0) -> None:
         """Write the state (covering the log below `offset`) atomically, then prune old snapshots."""
+        self.store_snapshot(offset, self.encode_snapshot(offset), keep_from=keep_from)
+
+    def encode_snapshot(self, offset: int) -> bytes:
+        """The snapshot file's bytes for the state now (the log below `offset`)."""
         payload = json.dumps({
             "version": _SNAPSHOT_VERSION,
             "offset": offset,
             "producers": [e.to_json() for e in self.entries.values()],
         }, separators=(",", ":")).encode()
-        data = _CRC.pack(crc32c.crc32c(payload)) + payload
+        return _CRC.pack(crc32c.crc32c(payload)) + payload
+
+    def store_snapshot(self, offset: int, data: bytes, *, keep_from: int = 0) -> None:
+        """Write encoded snapshot bytes atomically and prune old snapshots: file work only, so it
+        may run in a worker thread."""
         write_atomically(self.snapshot_path(offset), data)
         offsets = [o for o in self.snapshot_offsets() if o >= keep_from]
         keep = set(offsets[-SNAPSHOTS_TO_KEEP:])

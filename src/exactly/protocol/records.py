@@ -200,6 +200,9 @@ class Record:
 
 
 def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    if pos < len(buf) and buf[pos] < 0x80:  # one byte, as most lengths and deltas are: inline
+        b = buf[pos]
+        return (b >> 1) ^ -(b & 1), pos + 1
     return read_varint(buf, pos, error=RecordBatchError)
 
 
@@ -285,6 +288,27 @@ def decode_records(header: RecordBatchHeader) -> list[Record]:
     if pos != len(data):
         raise RecordBatchError("bytes left over after the last record of a batch")
     return records
+
+
+def iter_keys_values(header: RecordBatchHeader) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of each record of a batch: what the replay of a compacted topic
+    needs, without the timestamps and headers that decode_records builds objects for."""
+    body = memoryview(header.buffer)[header.position + HEADER_SIZE : header.end]
+    data = decompress(header.compression, body)
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(data, pos)
+        end = pos + length
+        if length < 0 or end > len(data):
+            raise RecordBatchError("record length runs past the end of the batch")
+        _ts_delta, pos = _read_varint(data, pos + 1)  # after the attributes byte
+        offset_delta, pos = _read_varint(data, pos)
+        key, pos = _read_bytes(data, pos)
+        value, pos = _read_bytes(data, pos)
+        if pos > end:
+            raise RecordBatchError("record length disagrees with its contents")
+        yield header.base_offset + offset_delta, key, value
+        pos = end
 
 
 def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, rec: Record) -> None:

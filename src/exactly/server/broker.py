@@ -87,7 +87,7 @@ class Broker:
         self._every(config["log.retention.check.interval.ms"] / 1000, "retention check",
                     self._apply_retention)
         self._every(config["log.flush.offset.checkpoint.interval.ms"] / 1000,
-                    "recovery point checkpoint", services.logs.checkpoint_recovery_points)
+                    "recovery point checkpoint", self._checkpoint)
         self._every(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000,
                     "transaction timeout check", services.transactions.abort_timed_out)
         self._every(config["producer.id.expiration.check.interval.ms"] / 1000,
@@ -115,6 +115,18 @@ class Broker:
                 except Exception:
                     log.exception("%s failed", what)
         self._tasks.append(asyncio.create_task(loop()))
+
+    async def _checkpoint(self) -> None:
+        """Every log.flush.offset.checkpoint.interval.ms: fsync the logs (in a worker thread; a
+        no-op for what log.flush.policy=fsync synced already), write their recovery points, and
+        snapshot the producer state of each log that grew. A start after a crash then validates
+        and replays at most one interval's writes, under either flush policy."""
+        logs = self.services.logs
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, logs.flush_all, logs.logs())
+        logs.checkpoint_recovery_points()
+        writes = logs.snapshot_producer_states()
+        await loop.run_in_executor(None, lambda: [write() for write in writes])
 
     def _expire_producers(self) -> None:
         self.services.logs.expire_producers(self.services.clock(),

@@ -27,7 +27,7 @@ TXN_KEYS: tuple[Key, ...] = (
     Key(
         "transaction.state.log.segment.bytes",
         "INT",
-        104857600,
+        262144,
         int_range(1),
         "segment.bytes of __transaction_state, set when the topic is created: the log cleaner "
         "compacts the segments before the active one.",

@@ -234,7 +234,7 @@ class TxnMetadata:
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
     num_partitions: int = 50  # transaction.state.log.num.partitions
-    segment_bytes: int = 104_857_600  # transaction.state.log.segment.bytes
+    segment_bytes: int = 262_144  # transaction.state.log.segment.bytes
     max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
     transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
     coordinator_epoch: int = 0

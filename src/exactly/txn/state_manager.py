@@ -9,6 +9,7 @@ write; the theory of operation is in state.py.
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING
 
 from exactly.protocol.structs import TopicPartition
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exactly.txn")
 
+# How every TransactionLogValue begins, versions 0 and 1: version, ProducerId, ProducerEpoch.
+_IDENTITY = struct.Struct(">hqh")
+
 
 class TransactionStateManager:
     def __init__(self, logs: LogManager, num_partitions: int, segment_bytes: int) -> None:
@@ -31,24 +35,64 @@ class TransactionStateManager:
     # -- loading --------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        """KIP-98 "Transaction Coordinator Startup": the newest record per id wins."""
-        for record in self.txn_log.replay():
-            if record.key is None:
-                log.error("event=txn_log_record_without_key offset=%d", record.offset)
+        """KIP-98 "Transaction Coordinator Startup": the newest record per id wins.
+
+        The log holds many records per id (compaction leaves the newest, but the active segments
+        and what is not cleaned yet hold history), so only the newest value of each id is
+        decoded; of the others just the producer id and epoch at the front, to keep the rule
+        that an epoch never goes down for one producer id. Anything unexpected (a record
+        without a key, a value that does not decode, a state never logged) sends the load to
+        `_load_slowly`, which decodes every record and logs what it skips."""
+        newest: dict[bytes, tuple[bytes, int, int, int]] = {}  # key -> value, offset, pid, epoch
+        for offset, key, value in self.txn_log.replay():
+            if key is None:
+                return self._load_slowly()
+            if value is None:
+                newest.pop(key, None)
                 continue
             try:
-                txn_id = decode_key(record.key)
-            except (TxnCodecError, UnicodeDecodeError) as e:
-                log.error("event=txn_log_bad_key offset=%d error=%r", record.offset, str(e))
+                _version, producer_id, epoch = _IDENTITY.unpack_from(value)
+            except struct.error:
+                return self._load_slowly()
+            old = newest.get(key)
+            if old is not None and old[2] == producer_id and epoch < old[3]:
+                return self._load_slowly()  # it logs and keeps the higher epoch
+            newest[key] = (value, offset, producer_id, epoch)
+        txns: dict[str, TxnMetadata] = {}
+        for key, (value, _offset, _pid, _epoch) in newest.items():
+            try:
+                txn_id = decode_key(key)
+                meta = from_value(txn_id, decode_value(value))
+            except (TxnCodecError, UnicodeDecodeError, ValueError):
+                return self._load_slowly()
+            if not meta.state.is_logged:
+                return self._load_slowly()
+            txns[txn_id] = meta
+        self._txns = txns
+        log.info("event=txn_state_loaded transactional_ids=%d pending=%d", len(self._txns),
+                 sum(1 for m in self._txns.values() if m.state.is_prepare))
+
+    def _load_slowly(self) -> None:
+        """Every record decoded in turn, each anomaly logged and skipped: the load of a log in
+        which `_load` met one."""
+        self._txns = {}
+        for offset, key, value in self.txn_log.replay():
+            if key is None:
+                log.error("event=txn_log_record_without_key offset=%d", offset)
                 continue
-            if record.value is None:
+            try:
+                txn_id = decode_key(key)
+            except (TxnCodecError, UnicodeDecodeError) as e:
+                log.error("event=txn_log_bad_key offset=%d error=%r", offset, str(e))
+                continue
+            if value is None:
                 self._txns.pop(txn_id, None)
                 continue
             try:
-                meta = from_value(txn_id, decode_value(record.value))
+                meta = from_value(txn_id, decode_value(value))
             except (TxnCodecError, ValueError) as e:
                 log.error("event=txn_log_bad_value transactional_id=%r offset=%d error=%r",
-                          txn_id, record.offset, str(e))
+                          txn_id, offset, str(e))
                 continue
             if not meta.state.is_logged:
                 log.error("event=txn_log_unexpected_state transactional_id=%r state=%s",
@@ -61,7 +105,7 @@ class TransactionStateManager:
                 # corrupt. Keep the higher epoch, which fences whoever might hold the lower one.
                 log.error("event=txn_log_epoch_regression transactional_id=%r producer_id=%d "
                           "epoch=%d previous_epoch=%d offset=%d", txn_id, meta.producer_id,
-                          meta.producer_epoch, old.producer_epoch, record.offset)
+                          meta.producer_epoch, old.producer_epoch, offset)
                 continue
             self._txns[txn_id] = meta
         log.info("event=txn_state_loaded transactional_ids=%d pending=%d", len(self._txns),

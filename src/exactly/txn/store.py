@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from exactly.log.internal_topic import DEFAULT_SEGMENT_BYTES, InternalTopic
-from exactly.protocol.records import Record, build_batch, decode_records
+from exactly.protocol.records import Record, build_batch, iter_keys_values
 from exactly.protocol.structs import TopicPartition
 from exactly.txn.codec import TxnLogValue, encode_key, encode_value
 from exactly.txn.state import MAX_EPOCH, TxnMetadata, TxnState
@@ -96,8 +96,9 @@ class TxnLog:
         self.log_for(transactional_id).append(build_batch(records, timestamp=now_ms),
                                               now_ms=now_ms)
 
-    def replay(self) -> Iterator[Record]:
-        """Every record of every partition, in offset order per partition."""
+    def replay(self) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        """(offset, key, value) of every record of every partition, in offset order per
+        partition."""
         for _partition, batch in self.topic.batches():
             if not batch.is_control:
-                yield from decode_records(batch)
+                yield from iter_keys_values(batch)
