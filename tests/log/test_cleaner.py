@@ -13,7 +13,7 @@ import pytest
 
 from exactly.log import LogConfig, PartitionLog
 from exactly.log.checkpoints import CLEANER_CHECKPOINT, read_checkpoint
-from exactly.log.cleaner import CleanAborted, LogCleaner, cleanable_range
+from exactly.log.cleaner import CleanAborted, LogCleaner, _Throttle, cleanable_range
 from exactly.log.config import CleanerConfig
 from exactly.log.topic_config import log_config_for
 from exactly.protocol.records import Record, build_batch, decode_records, iter_batches
@@ -224,3 +224,17 @@ def test_cleaner_configs() -> None:
             topic.max_compaction_lag_ms) == (0.75, 9, 3, 99)
     with pytest.raises(Exception, match="log.cleaner.min.cleanable.ratio"):
         BrokerConfig.from_sources(None, {"log.cleaner.min.cleanable.ratio": "1.5"})
+
+
+def test_the_throttle_keeps_to_its_rate() -> None:
+    """log.cleaner.io.max.bytes.per.second: the cleaner sleeps as long as it ran ahead."""
+    now = [0.0]
+    slept: list[float] = []
+    throttle = _Throttle(1000.0, clock=lambda: now[0], sleep=slept.append)
+    throttle.account(500)  # 500 bytes at once: half a second ahead
+    assert slept == [0.5]
+    now[0] = 0.6
+    throttle.account(50)  # 550 bytes in 0.6 s: below the rate
+    assert slept == [0.5]
+    throttle.account(1000)  # 1550 bytes in 0.6 s
+    assert slept == [0.5, pytest.approx(0.95)]

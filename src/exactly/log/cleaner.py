@@ -62,7 +62,6 @@ log = logging.getLogger(__name__)
 
 _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 _WRITE_CHUNK = 1024 * 1024  # cleaned batches are written this much at a time
-_YIELD_BYTES = 64 * 1024  # the worker offers the GIL to the event loop after this much
 
 
 class CleanAborted(Exception):
@@ -163,9 +162,11 @@ class CleanStats:
 class _Throttle:
     """log.cleaner.io.max.bytes.per.second: sleep whenever the cleaner ran ahead of the rate."""
 
-    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.rate = rate
         self._clock = clock
+        self._sleep = sleep
         self._start = clock()
         self._bytes = 0
 
@@ -173,7 +174,7 @@ class _Throttle:
         self._bytes += nbytes
         ahead = self._bytes / self.rate - (self._clock() - self._start)
         if ahead > 0.001:
-            time.sleep(ahead)
+            self._sleep(ahead)
 
 
 class _Transactions:
@@ -204,7 +205,6 @@ def _batches(seg: LogSegment, stats: CleanStats, task: CleanTask,
              throttle: _Throttle | None) -> Iterator[RecordBatchHeader]:
     """Whole batches of a sealed segment, read through a descriptor of the worker's own."""
     fd = os.open(seg.log_path, os.O_RDONLY)
-    since_yield = 0
     try:
         for _pos, header in scan_batches(fd, 0, seg.size, whole=True):
             if task.stop.is_set() or task.plog.closed:
@@ -213,12 +213,6 @@ def _batches(seg: LogSegment, stats: CleanStats, task: CleanTask,
             stats.batches_read += 1
             if throttle is not None:
                 throttle.account(header.size)
-            since_yield += header.size
-            if since_yield >= _YIELD_BYTES:
-                # Hand the GIL to the event loop if it waits for it, rather than make it wait
-                # for the interpreter's switch interval (5 ms): requests go first.
-                time.sleep(0)
-                since_yield = 0
             yield header
     except TornBatch as exc:  # a sealed segment was checked when the log opened
         raise RecordBatchError(f"{seg.log_path}: {exc}") from None
