@@ -62,6 +62,7 @@ def broker(
 ) -> None:
     """Run a broker in the foreground until Ctrl-C or SIGTERM."""
     from exactly.server.config import BrokerConfig, ConfigError
+    from exactly.server.data_dir import DataDirInUseError
 
     overrides = parse_pairs(settings, "--set")
     # The explicit options win over --set, which wins over the file.
@@ -77,6 +78,8 @@ def broker(
         run(config)
     except ConfigError as exc:
         fail(str(exc), 2)
+    except DataDirInUseError as exc:
+        fail(str(exc), 1)
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise

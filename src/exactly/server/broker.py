@@ -21,6 +21,7 @@ from exactly.server.acl import make_authorizer
 from exactly.server.appends import AppendService
 from exactly.server.auth import ListenerRuntime, ScramCredentialStore
 from exactly.server.config import ConfigError, load_or_create_meta
+from exactly.server.data_dir import DataDirLock
 from exactly.server.log_cleaning import CleanerService
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
 from exactly.server.transactions import TransactionDriver
@@ -41,6 +42,8 @@ class Broker:
         self.config = config
         self.log_dir = config.log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = DataDirLock(self.log_dir)
+        self._lock.acquire()  # before anything in the directory is read
         clock = wall_clock_ms
         logs = LogManager(self.log_dir, config.log_config())
         groups = GroupCoordinator(logs, config.group_config(), now_ms=clock())
@@ -164,6 +167,7 @@ class Broker:
         await self.services.transactions.stop()
         await self._cleaning.stop()
         self.services.logs.close()
+        self._lock.release()
 
 
 async def serve(config: BrokerConfig) -> None:
