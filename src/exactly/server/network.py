@@ -42,6 +42,9 @@ MAX_IN_FLIGHT = 64  # answers waiting per connection; reading pauses beyond this
 MAX_WRITE_BUFFER = 4 * 1024 * 1024  # bytes not yet sent; reading pauses beyond this
 RECEIVE_BUFFER = 64 * 1024  # sizes and frames up to this are read here; larger ones in place
 LARGE_KEPT = 16 * 1024 * 1024  # a connection keeps its buffer for large frames up to this size
+# A large frame's buffer starts at this (or the connection's kept buffer) and doubles as bytes
+# arrive: what a frame claims is never allocated before it is sent.
+LARGE_FIRST = 64 * 1024
 
 Frame = bytes | None  # None: a request answered by no response (Produce with acks=0)
 
@@ -53,6 +56,9 @@ class Connection(asyncio.BufferedProtocol):
         self.listener = listener
         self.connections = connections  # the broker's open connections, closed when it stops
         self.max_request_bytes: int = services.config["socket.request.max.bytes"]
+        # Before a SASL listener's client has authenticated, frames may be no larger (Kafka's
+        # sasl.server.max.receive.size): a stranger cannot make the broker read 100 MB.
+        self.max_unauthenticated_bytes: int = services.config["sasl.server.max.receive.size"]
         self.transport: Any = None
         self.peer = self.client_host = ""
         self.session: AuthSession | None = None
@@ -65,9 +71,10 @@ class Connection(asyncio.BufferedProtocol):
         self._buffer = bytearray(RECEIVE_BUFFER)
         self._have = 0  # bytes of self._buffer received and not yet taken as frames
         # A large frame is read in place into self._large, kept for the next one: a fresh
-        # megabyte per Produce request would cost page faults and zeroing every time.
+        # megabyte per Produce request would cost page faults and zeroing every time. It grows
+        # (into a new, larger buffer) as the frame's bytes arrive.
         self._large = bytearray()
-        self._frame: memoryview | None = None  # the part of self._large the frame fills
+        self._frame_size: int | None = None  # the size of the large frame being read
         self._frame_have = 0
         self._eof = False  # the client sent everything it will send
         # Requests are timed and counted (metrics.timed -> observe_request) only when the broker
@@ -98,20 +105,23 @@ class Connection(asyncio.BufferedProtocol):
         self.connections.discard(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return self._frame[self._frame_have:]
+        if self._frame_size is not None:
+            if self._frame_have == len(self._large):
+                self._grow_large(min(self._frame_size, 2 * len(self._large)))
+            return memoryview(self._large)[self._frame_have:self._frame_size]
         if self._have == len(self._buffer):  # full of frames waiting for room: make more
             self._buffer.extend(bytes(RECEIVE_BUFFER))
         return memoryview(self._buffer)[self._have:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is None:
+        if self._frame_size is None:
             self._have += nbytes
             self._take_frames()
             return
         self._frame_have += nbytes
-        if self._frame_have == len(self._frame):
-            frame, self._frame = self._frame.toreadonly(), None
+        if self._frame_have == self._frame_size:
+            frame = memoryview(self._large)[:self._frame_size].toreadonly()
+            self._frame_size = None
             # Decoding copies what the request keeps (kio makes bytes of a records field), so
             # self._large is free again once the frame is dispatched.
             proceed = self._dispatch(frame)
@@ -136,8 +146,8 @@ class Connection(asyncio.BufferedProtocol):
         paused with some still waiting): a partial frame left is malformed; stop reading."""
         if self._paused or self._closing:
             return
-        if self._frame is not None:
-            self._malformed(f"connection closed after {self._frame_have} of {len(self._frame)} "
+        if self._frame_size is not None:
+            self._malformed(f"connection closed after {self._frame_have} of {self._frame_size} "
                             "frame bytes")
         elif 0 < self._have < 4:
             self._malformed(f"connection closed inside a frame size ({self._have} bytes)")
@@ -159,23 +169,26 @@ class Connection(asyncio.BufferedProtocol):
     def _take_frames(self) -> None:
         """Dispatch the complete frames in the receive buffer, in order."""
         buffer, have, pos = self._buffer, self._have, 0
-        max_bytes = self.max_request_bytes
         while not self._closing and not self._paused and have - pos >= 4:
             (size,) = framing.SIZE.unpack_from(buffer, pos)
+            if self.session is not None and not self.session.authenticated:
+                max_bytes, key = self.max_unauthenticated_bytes, "sasl.server.max.receive.size"
+            else:
+                max_bytes, key = self.max_request_bytes, "socket.request.max.bytes"
             if size < 0 or size > max_bytes:
-                # Refused before reading the body, as socket.request.max.bytes promises.
-                self._malformed(f"frame size {size} outside 0..{max_bytes} (socket.request.max.bytes)")
+                # Refused before reading the body, as the key promises.
+                self._malformed(f"frame size {size} outside 0..{max_bytes} ({key})")
                 self._stop_reading()
                 return
             end = pos + 4 + size
             if end > have:
                 if 4 + size > len(buffer):
                     # Too large for the receive buffer: read the rest of it in place.
-                    if len(self._large) < size:
-                        self._large = bytearray(size)
-                    self._frame = memoryview(self._large)[:size]
-                    self._frame[:have - pos - 4] = memoryview(buffer)[pos + 4:have]
-                    self._frame_have = have - pos - 4
+                    got = have - pos - 4
+                    if len(self._large) < min(size, max(got, LARGE_FIRST)):
+                        self._large = bytearray(min(size, max(got, LARGE_FIRST)))
+                    self._large[:got] = memoryview(buffer)[pos + 4:have]
+                    self._frame_size, self._frame_have = size, got
                     pos = have
                 break
             frame = bytes(memoryview(buffer)[pos + 4:end])
@@ -191,6 +204,13 @@ class Connection(asyncio.BufferedProtocol):
             self._have = rest
             if len(buffer) > RECEIVE_BUFFER and rest <= RECEIVE_BUFFER:
                 del buffer[RECEIVE_BUFFER:]
+
+    def _grow_large(self, capacity: int) -> None:
+        """A larger buffer for the frame being read, with what arrived so far. A new one, not a
+        resize: the transport may still hold a view of the old one."""
+        grown = bytearray(capacity)
+        grown[:self._frame_have] = memoryview(self._large)[:self._frame_have]
+        self._large = grown
 
     def _check_room(self) -> None:
         """Pause reading while too many answers wait or too much is unsent; resume after."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from exactly.configdef import Key, one_of, parse_optional_str, split_list
+from exactly.configdef import Key, int_range, one_of, parse_optional_str, split_list
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -38,6 +38,14 @@ def plain_users(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 AUTH_KEYS: tuple[Key, ...] = (
+    Key(
+        "sasl.server.max.receive.size",
+        "INT",
+        524288,
+        int_range(1),
+        "Largest request frame accepted before a SASL listener's client has authenticated; a "
+        "larger one closes the connection.",
+    ),
     Key(
         "sasl.enabled.mechanisms",
         "LIST",
