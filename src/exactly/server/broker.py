@@ -11,6 +11,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from exactly.server.acl import make_authorizer
 from exactly.server.appends import AppendService
 from exactly.server.auth import ListenerRuntime, ScramCredentialStore
 from exactly.server.config import ConfigError, load_or_create_meta
+from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.data_dir import DataDirLock
 from exactly.server.log_cleaning import CleanerService
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
@@ -73,6 +75,7 @@ class Broker:
             clock=clock,
         )
         self.connections: set[network.Connection] = set()
+        self.limits = ConnectionLimits.from_config(config)
         self.listeners: list[tuple[asyncio.Server, ListenerRuntime]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._metrics: MetricsServer | None = None  # when metrics.listen is set
@@ -83,8 +86,11 @@ class Broker:
         """Recover, listen, start the timers; returns the first listener's bound address."""
         services, config = self.services, self.config
         await services.transactions.recover()  # before any client: nothing left half-finished
-        self.listeners = await network.start_listeners(services, self.connections)
+        self.listeners = await network.start_listeners(services, self.connections, self.limits)
         bound = self.listeners[0][0].sockets[0].getsockname()
+        idle_ms = config["connections.max.idle.ms"]
+        self._every(min(idle_ms / 10_000, 30.0), "idle connections",
+                    lambda: self._close_idle(idle_ms / 1000))
         self._every(TICK_SECONDS, "group coordinator tick",
                     lambda: services.groups.tick(services.clock()))
         self._every(config["log.retention.check.interval.ms"] / 1000, "retention check",
@@ -130,6 +136,16 @@ class Broker:
         logs.checkpoint_recovery_points()
         writes = logs.snapshot_producer_states()
         await loop.run_in_executor(None, lambda: [write() for write in writes])
+
+    def _close_idle(self, idle_seconds: float) -> None:
+        """connections.max.idle.ms: close the connections that sent nothing for longer and wait
+        for no answer."""
+        cutoff = time.monotonic() - idle_seconds
+        idle = [conn for conn in self.connections if conn.last_active < cutoff and conn.is_quiet]
+        for conn in idle:
+            log.info("event=connection_idle_closed peer=%s idle_ms=%d", conn.peer,
+                     (time.monotonic() - conn.last_active) * 1000)
+            conn.close()
 
     def _expire_producers(self) -> None:
         self.services.logs.expire_producers(self.services.clock(),

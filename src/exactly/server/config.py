@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 # ConfigError is defined in configdef; callers keep importing it from here.
-from exactly.configdef import ConfigError, Key, int_range, parse_bool, render
+from exactly.configdef import ConfigError, Key, int_range, long_range, parse_bool, render
 from exactly.groups.config import GROUP_KEYS, GroupConfig, check_group_keys, group_config
 from exactly.log.config import (
     CLEANER_KEYS,
@@ -45,6 +45,7 @@ from exactly.log.config import (
 from exactly.log.files import write_atomically
 from exactly.server.acl.config import ACL_KEYS
 from exactly.server.auth.config import AUTH_KEYS, plain_users
+from exactly.server.connection_limits import parse_overrides
 from exactly.txn.config import TXN_KEYS, txn_config
 from exactly.txn.state import TxnConfig
 
@@ -279,6 +280,15 @@ _KEYS: tuple[Key, ...] = (
     *LOG_KEYS,
     *CLEANER_KEYS,
     Key("socket.request.max.bytes", "INT", 104857600, int_range(1), "Largest request accepted."),
+    Key("max.connections", "INT", 2147483647, int_range(0),
+        "Most client connections at once (bounded anyway by the descriptor limit, less a reserve "
+        "for the broker's own files); more are closed as they come."),
+    Key("max.connections.per.ip", "INT", 2147483647, int_range(0),
+        "Most client connections from one address."),
+    Key("max.connections.per.ip.overrides", "STRING", "", parse_overrides,
+        "Per-address exceptions to max.connections.per.ip: HOST:COUNT, comma-separated."),
+    Key("connections.max.idle.ms", "LONG", 600000, long_range(1),
+        "A connection with no request for this long is closed."),
     *GROUP_KEYS,
     *TXN_KEYS,
     Key(

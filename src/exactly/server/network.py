@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from exactly.protocol.framing import MalformedRequest
 from exactly.server.auth import AuthSession, ListenerRuntime
 from exactly.server.auth.session import SaslFailure
 from exactly.server.auth.tls import principal_of
+from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers import HANDLERS
 from exactly.server.handlers.api_versions import api_versions_response
@@ -51,10 +53,13 @@ Frame = bytes | None  # None: a request answered by no response (Produce with ac
 
 class Connection(asyncio.BufferedProtocol):
     def __init__(self, services: Services, listener: ListenerRuntime,
-                 connections: set[Connection]) -> None:
+                 connections: set[Connection], limits: ConnectionLimits) -> None:
         self.services = services
         self.listener = listener
         self.connections = connections  # the broker's open connections, closed when it stops
+        self.limits = limits
+        self.admitted = False  # counted by the limits (a refused one is closed at once)
+        self.last_active = time.monotonic()  # the last request received (the idle sweep)
         self.max_request_bytes: int = services.config["socket.request.max.bytes"]
         # Before a SASL listener's client has authenticated, frames may be no larger (Kafka's
         # sasl.server.max.receive.size): a stranger cannot make the broker read 100 MB.
@@ -89,6 +94,11 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.client_host = peer[0] if isinstance(peer, tuple) else ""
+        if not self.limits.admit(self.client_host):
+            self._closing = True
+            transport.abort()
+            return
+        self.admitted = True
         config, listener = self.services.config, self.listener
         # On an SSL listener the client certificate names the principal; with SASL, SASL does.
         tls_principal = (principal_of(transport.get_extra_info("peercert"))
@@ -103,6 +113,9 @@ class Connection(asyncio.BufferedProtocol):
         # Handlers still in the works finish; their answers have nowhere to go.
         self._closing = True
         self.connections.discard(self)
+        if self.admitted:
+            self.admitted = False
+            self.limits.release(self.client_host)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_size is not None:
@@ -114,6 +127,7 @@ class Connection(asyncio.BufferedProtocol):
         return memoryview(self._buffer)[self._have:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         if self._frame_size is None:
             self._have += nbytes
             self._take_frames()
@@ -240,8 +254,13 @@ class Connection(asyncio.BufferedProtocol):
         if self._closing and not self._pending and not self.transport.is_closing():
             self.transport.close()
 
+    @property
+    def is_quiet(self) -> bool:
+        """No answer waits to be computed or sent: closing it loses nothing."""
+        return not self._pending
+
     def close(self) -> None:
-        """The broker is stopping."""
+        """The broker is stopping, or the connection was idle too long."""
         self._closing = True
         self.transport.close()
 
@@ -370,17 +389,17 @@ async def _resume_handler(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> 
 
 
 async def start_server(services: Services, connections: set[Connection], host: str, port: int,
-                       listener: ListenerRuntime,
+                       listener: ListenerRuntime, limits: ConnectionLimits,
                        ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: Connection(services, listener, connections),
+    return await loop.create_server(lambda: Connection(services, listener, connections, limits),
                                     host, port,
                                     backlog=512, ssl=ssl_context,
                                     ssl_handshake_timeout=10 if ssl_context else None)
 
 
 async def start_listeners(services: Services, connections: set[Connection],
-                          ) -> list[tuple[asyncio.Server, ListenerRuntime]]:
+                          limits: ConnectionLimits) -> list[tuple[asyncio.Server, ListenerRuntime]]:
     """Bind every configured listener (each on its own port, TLS ones with the broker's
     certificate) and work out what each advertises."""
     from exactly.server.auth.tls import TlsConfigError, server_context
@@ -398,7 +417,8 @@ async def start_listeners(services: Services, connections: set[Connection],
         for lst in config.listeners:
             runtime = ListenerRuntime(lst.name, "", 0)
             tls = ssl_context if lst.name in ("SSL", "SASL_SSL") else None
-            server = await start_server(services, connections, lst.host, lst.port, runtime, tls)
+            server = await start_server(services, connections, lst.host, lst.port, runtime, limits,
+                                        tls)
             bound = server.sockets[0].getsockname()
             advertised = config.advertised_for(lst.name)
             if advertised is not None and advertised[1] != 0:
