@@ -174,3 +174,19 @@ def test_corrupt_snapshot_is_ignored(open_log, tmp_path):
     entry = plog.producer_state.last_entry(PID)
     assert entry is not None and entry.last_sequence == 1
     assert not snap.exists()
+
+
+def test_an_unreadable_snapshot_is_dropped_with_a_warning(open_log, tmp_path, caplog):
+    plog = open_log()
+    plog.append(batch(3, pid=PID, epoch=0, seq=0))
+    plog.close()
+    snapshot = tmp_path / "t-0" / "00000000000000000003.snapshot"
+    data = bytearray(snapshot.read_bytes())
+    data[10] ^= 0xFF  # a flipped byte: the CRC no longer matches
+    snapshot.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="exactly.log.producer_state"):
+        plog = open_log()
+    assert f"event=producer_snapshot_dropped path={snapshot}" in caplog.text
+    assert not snapshot.exists()
+    entry = plog.producer_state.last_entry(PID)  # rebuilt from the log instead
+    assert entry is not None and entry.last_sequence == 2

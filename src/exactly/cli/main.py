@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import re
 
 import click
@@ -63,6 +62,7 @@ def broker(
     """Run a broker in the foreground until Ctrl-C or SIGTERM."""
     from exactly.server.config import BrokerConfig, ConfigError
     from exactly.server.data_dir import DataDirInUseError
+    from exactly.server.startup import StartupError
 
     overrides = parse_pairs(settings, "--set")
     # The explicit options win over --set, which wins over the file.
@@ -78,16 +78,8 @@ def broker(
         run(config)
     except ConfigError as exc:
         fail(str(exc), 2)
-    except DataDirInUseError as exc:
+    except (DataDirInUseError, StartupError) as exc:
         fail(str(exc), 1)
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        host, port = config.listener
-        fail(
-            f"cannot listen on {host}:{port}: the address is in use; stop the process using it "
-            "or choose another port with --listen"
-        )
 
 
 cli.add_command(topics)

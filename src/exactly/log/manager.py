@@ -98,6 +98,7 @@ class LogManager:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self.storage_errors = 0  # appends that failed for the disk's sake (full, I/O error)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._load()
 

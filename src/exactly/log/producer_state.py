@@ -12,6 +12,7 @@ newest usable snapshot and replaying the batches after it.
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from exactly.log.errors import (
 from exactly.log.files import write_atomically
 from exactly.log.txn_index import AbortedTxn
 from exactly.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
+
+log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's max.in.flight for idempotence is 5
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -319,7 +322,9 @@ class ProducerStateManager:
                 for item in doc["producers"]:
                     entry = ProducerStateEntry.from_json(item)
                     entries[entry.producer_id] = entry
-            except (OSError, ValueError, KeyError, TypeError, struct.error):
+            except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+                log.warning("event=producer_snapshot_dropped path=%s error=%s: the state is "
+                            "rebuilt from an older snapshot or the log", path, exc)
                 path.unlink(missing_ok=True)
                 continue
             self.entries = entries

@@ -26,6 +26,7 @@ from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.data_dir import DataDirLock
 from exactly.server.log_cleaning import CleanerService
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
+from exactly.server.startup import data_dir_error, listen_error
 from exactly.server.transactions import TransactionDriver
 from exactly.txn import TransactionCoordinator
 from exactly.txn.producer_ids import ProducerIdManager
@@ -43,9 +44,12 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.log_dir = config.log_dir
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         self._lock = DataDirLock(self.log_dir)
-        self._lock.acquire()  # before anything in the directory is read
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._lock.acquire()  # before anything in the directory is read
+        except OSError as exc:
+            raise data_dir_error(self.log_dir, exc) from exc
         clock = wall_clock_ms
         logs = LogManager(self.log_dir, config.log_config())
         groups = GroupCoordinator(logs, config.group_config(), now_ms=clock())
@@ -164,7 +168,10 @@ class Broker:
 
         host, port = parse_listen(self.config["metrics.listen"])  # type: ignore[misc]
         self._metrics = MetricsServer(self.services)
-        bound = await self._metrics.start(host, port)
+        try:
+            bound = await self._metrics.start(host, port)
+        except OSError as exc:
+            raise listen_error("metrics.listen", host, port, exc) from exc
         print(f"Exactly metrics on http://{bound[0]}:{bound[1]}/metrics", flush=True)
         log.info("metrics served on http://%s:%d/metrics", bound[0], bound[1])
 

@@ -83,6 +83,11 @@ class BrokerCollector(Collector):
         yield from self._transactions()
         yield self._lso_lag()
         yield from self._cleaner()
+        errors = CounterMetricFamily("exactly_log_storage_errors",
+                                     "Writes that failed for the disk's sake (full, I/O error): "
+                                     "answered KAFKA_STORAGE_ERROR.")
+        errors.add_metric([], self.services.logs.storage_errors)
+        yield errors
 
     def _cleaner(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         m = self.services.cleaner.metrics

@@ -34,6 +34,7 @@ from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers import HANDLERS
 from exactly.server.handlers.api_versions import api_versions_response
 from exactly.server.metrics import timed
+from exactly.server.startup import listen_error
 
 if TYPE_CHECKING:
     from exactly.server.services import Services
@@ -417,8 +418,11 @@ async def start_listeners(services: Services, connections: set[Connection],
         for lst in config.listeners:
             runtime = ListenerRuntime(lst.name, "", 0)
             tls = ssl_context if lst.name in ("SSL", "SASL_SSL") else None
-            server = await start_server(services, connections, lst.host, lst.port, runtime, limits,
-                                        tls)
+            try:
+                server = await start_server(services, connections, lst.host, lst.port, runtime,
+                                            limits, tls)
+            except OSError as exc:
+                raise listen_error("listeners", lst.host, lst.port, exc) from exc
             bound = server.sockets[0].getsockname()
             advertised = config.advertised_for(lst.name)
             if advertised is not None and advertised[1] != 0:

@@ -13,7 +13,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from exactly.log import PartitionLog
-from exactly.log.errors import InvalidRecordError, LogError
+from exactly.log.errors import InvalidRecordError, LogError, StorageError
 from exactly.protocol import fast_responses
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
@@ -74,8 +74,13 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
                     error, message = exc.error_code, str(exc)
                     if isinstance(exc, InvalidRecordError):
                         record_errors = exc.record_errors
-                    log.info("produce to %s-%d refused: %s %s", name, pdata.index,
-                             error_name(error), message)
+                    if isinstance(exc, StorageError):  # a full or failing disk
+                        services.logs.storage_errors += 1
+                        log.error("produce to %s-%d failed: %s %s", name, pdata.index,
+                                  error_name(error), message)
+                    else:
+                        log.info("produce to %s-%d refused: %s %s", name, pdata.index,
+                                 error_name(error), message)
                 else:
                     base_offset, log_start = result.base_offset, result.log_start_offset
                     written.append(plog)  # a duplicate's original may still be awaiting its fsync
