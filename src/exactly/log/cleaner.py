@@ -152,7 +152,6 @@ class CleanTask:
 class CleanStats:
     bytes_read: int = 0
     bytes_written: int = 0
-    batches_read: int = 0
     records_removed: int = 0
     map_keys: int = 0
     groups: int = 0
@@ -210,7 +209,6 @@ def _batches(seg: LogSegment, stats: CleanStats, task: CleanTask,
             if task.stop.is_set() or task.plog.closed:
                 raise CleanAborted(f"clean of {task.name} stopped")
             stats.bytes_read += header.size
-            stats.batches_read += 1
             if throttle is not None:
                 throttle.account(header.size)
             yield header
