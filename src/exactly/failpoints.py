@@ -51,6 +51,9 @@ CATALOGUE: dict[str, str] = {
     "txn.after_prepare": "PrepareCommit/PrepareAbort is durable, no marker written yet",
     "txn.before_markers": "an EndTxn was answered, its markers are not written yet",
     "txn.after_markers": "every marker is durable, CompleteCommit/CompleteAbort not written yet",
+    # The broker (server/handlers/produce.py): a request in the works.
+    "produce.before_append": "a Produce request is decoded and its handler started; nothing "
+                             "of it is appended yet",
     # The log cleaner (log/cleaner.py, log/swap.py), in its worker thread: one group of segments.
     "log.cleaner.after_cleaned": "the cleaned segment is written and fsynced as .cleaned files, "
                                  "not yet renamed",

@@ -96,6 +96,9 @@ class LogManager:
         self.default_partitions = default_partitions
         self._clock = clock
         self._topics: dict[str, TopicInfo] = {}
+        # Counts changes to the topics and their partition counts: what Metadata answers from
+        # may be cached until it moves.
+        self.topics_version = 0
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self.storage_errors = 0  # appends that failed for the disk's sake (full, I/O error)
@@ -180,6 +183,7 @@ class LogManager:
             self._open_partition(name, partition, config)
         self._topics[name] = info
         self._by_id[info.topic_id] = info
+        self.topics_version += 1
         self._save()
         log.info("event=topic_created topic=%s id=%s partitions=%d", name, info.topic_id, num_partitions)
         return info
@@ -196,6 +200,7 @@ class LogManager:
         info = self._require(name)
         del self._topics[name]
         del self._by_id[info.topic_id]
+        self.topics_version += 1
         self._save()
         for partition in range(info.num_partitions):
             plog = self._logs.pop((name, partition), None)
@@ -218,6 +223,7 @@ class LogManager:
         for partition in range(info.num_partitions, total_count):
             self._open_partition(name, partition, config)
         info.num_partitions = total_count
+        self.topics_version += 1
         self._save()
 
     def topic(self, name: str) -> TopicInfo | None:

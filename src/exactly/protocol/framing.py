@@ -131,6 +131,13 @@ def _response_tags(api_key: int, api_version: int) -> bytes:
     return b"\0" if flexible and api_key != ApiKey.API_VERSIONS else b""
 
 
+def encode_response_body(response: Any) -> bytes:
+    """A response's body alone, to be cached and sent as bytes by encode_response."""
+    buf = io.BytesIO()
+    _writer(type(response))(buf, response)
+    return buf.getvalue()
+
+
 def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> bytes:
     """A complete response frame, size prefix included. `response` is a kio entity, or the body
     already encoded (bytes, from exactly.protocol.fast_responses)."""

@@ -93,8 +93,8 @@ class Broker:
         self.listeners = await network.start_listeners(services, self.connections, self.limits)
         bound = self.listeners[0][0].sockets[0].getsockname()
         idle_ms = config["connections.max.idle.ms"]
-        self._every(min(idle_ms / 10_000, 30.0), "idle connections",
-                    lambda: self._close_idle(idle_ms / 1000))
+        self._every(min(idle_ms / 10_000, network.TRIM_AFTER_SECONDS), "idle connections",
+                    lambda: self._sweep_idle(idle_ms / 1000))
         self._every(TICK_SECONDS, "group coordinator tick",
                     lambda: services.groups.tick(services.clock()))
         self._every(config["log.retention.check.interval.ms"] / 1000, "retention check",
@@ -141,10 +141,15 @@ class Broker:
         writes = logs.snapshot_producer_states()
         await loop.run_in_executor(None, lambda: [write() for write in writes])
 
-    def _close_idle(self, idle_seconds: float) -> None:
+    def _sweep_idle(self, idle_seconds: float) -> None:
         """connections.max.idle.ms: close the connections that sent nothing for longer and wait
-        for no answer."""
-        cutoff = time.monotonic() - idle_seconds
+        for no answer; trim the buffers of those silent for a while."""
+        now = time.monotonic()
+        trim_cutoff = now - network.TRIM_AFTER_SECONDS
+        for conn in self.connections:
+            if conn.last_active < trim_cutoff:
+                conn.trim()
+        cutoff = now - idle_seconds
         idle = [conn for conn in self.connections if conn.last_active < cutoff and conn.is_quiet]
         for conn in idle:
             log.info("event=connection_idle_closed peer=%s idle_ms=%d", conn.peer,
@@ -213,8 +218,16 @@ async def serve(config: BrokerConfig) -> None:
     await broker.stop()
 
 
+# A thread that waits for the GIL gets it after this long at most (the interpreter's default is
+# 5 ms). The broker's threads (fsync rounds, the log cleaner, checkpoints) take the GIL back
+# several times per task: at 5 ms each, an acks=all answer under fsync waited 50-250 ms whenever
+# the event loop was busy (issue 14: a Metadata flood), against 10-20 ms at this interval.
+SWITCH_INTERVAL_SECONDS = 0.0005
+
+
 def run(config: BrokerConfig) -> None:
     """Run a broker in the foreground until SIGINT or SIGTERM."""
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",

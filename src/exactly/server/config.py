@@ -164,6 +164,14 @@ _LISTENER_RE = re.compile(
 )
 
 
+def parse_queued_bytes(text: str) -> int:
+    """`queued.max.request.bytes`: a positive byte count, or -1 for no bound."""
+    value = long_range(-1)(text)
+    if value == 0:
+        raise ValueError("0 would let no request in; use -1 for no bound")
+    return value
+
+
 def parse_listeners(text: str) -> tuple[Listener, ...]:
     listeners: list[Listener] = []
     for part in text.split(","):
@@ -280,6 +288,9 @@ _KEYS: tuple[Key, ...] = (
     *LOG_KEYS,
     *CLEANER_KEYS,
     Key("socket.request.max.bytes", "INT", 104857600, int_range(1), "Largest request accepted."),
+    Key("queued.max.request.bytes", "LONG", 104857600, parse_queued_bytes,
+        "Bytes of requests waiting for their answers, in total, before connections stop reading "
+        "more (back-pressure); -1: no bound."),
     Key("max.connections", "INT", 2147483647, int_range(0),
         "Most client connections at once (bounded anyway by the descriptor limit, less a reserve "
         "for the broker's own files); more are closed as they come."),

@@ -1,6 +1,7 @@
 """How many connections the broker keeps, with Kafka's keys: `max.connections`,
 `max.connections.per.ip`, `max.connections.per.ip.overrides` (`host:count,host:count`), and
-`connections.max.idle.ms` (the broker's idle sweep closes connections silent for longer).
+`connections.max.idle.ms` (the broker's idle sweep closes connections silent for longer); and
+what they may make the broker hold, `queued.max.request.bytes` (request_memory.py).
 
 Whatever `max.connections` says, the broker keeps a reserve of file descriptors for its own work
 (segments, indexes, snapshots, the cleaner's files, the transaction driver's writes): clients may
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exactly.configdef import split_list
+from exactly.server.request_memory import RequestMemory
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,9 @@ def descriptor_budget(reserve: int = FD_RESERVE) -> int:
 
 
 class ConnectionLimits:
-    def __init__(self, max_connections: int, per_ip: int, overrides: Mapping[str, int]) -> None:
+    def __init__(self, max_connections: int, per_ip: int, overrides: Mapping[str, int],
+                 queued_bytes: int = -1) -> None:
+        self.memory = RequestMemory(queued_bytes)
         self.max_connections = min(max_connections, descriptor_budget())
         self.per_ip = per_ip
         self.overrides = dict(overrides)
@@ -59,7 +63,7 @@ class ConnectionLimits:
     @classmethod
     def from_config(cls, config: Any) -> ConnectionLimits:
         return cls(config["max.connections"], config["max.connections.per.ip"],
-                   config["max.connections.per.ip.overrides"])
+                   config["max.connections.per.ip.overrides"], config["queued.max.request.bytes"])
 
     def admit(self, ip: str) -> bool:
         """Count a new connection from `ip`; False (and nothing counted) if it is over a limit."""

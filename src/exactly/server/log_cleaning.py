@@ -20,7 +20,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import sys
 from collections.abc import Callable
 
 from exactly.log import LogManager
@@ -29,11 +28,6 @@ from exactly.log.config import CleanerConfig
 from exactly.log.segment import LogSegment
 
 log = logging.getLogger(__name__)
-
-# While the worker cleans, the event loop waits at most this long for the GIL (the interpreter's
-# default is 5 ms), so that requests are not held behind the copying.
-_SWITCH_SECONDS = 0.0005
-
 
 class CleanerService:
     def __init__(self, logs: LogManager, config: CleanerConfig, clock: Callable[[], int]) -> None:
@@ -67,8 +61,6 @@ class CleanerService:
                 continue
             self._current = task
             stats: CleanStats | None = None
-            switch = sys.getswitchinterval()
-            sys.setswitchinterval(_SWITCH_SECONDS)
             try:
                 stats = await loop.run_in_executor(
                     self._executor, self.cleaner.run, task, self._committer(loop, task),
@@ -81,7 +73,6 @@ class CleanerService:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), self.config.backoff_ms / 1000)
             finally:
-                sys.setswitchinterval(switch)
                 self._current = None
                 self.cleaner.done(task, stats)
 

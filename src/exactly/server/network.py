@@ -1,7 +1,8 @@
 """The asyncio network server: frames in, handlers, frames out in request order.
 
 A connection is an `asyncio.BufferedProtocol`: the transport reads into the connection's own
-buffer, and a frame too large for it (a Produce request of a megabyte) is read straight into a
+buffer (small while the client sends little: an idle connection costs a few KiB; 64 KiB once a
+read fills it; back to small after TRIM_AFTER_SECONDS of silence), and a frame too large for it (a Produce request of a megabyte) is read straight into a
 second buffer the connection keeps for such frames: the kernel copies its bytes there, and the
 decoder copies what the request keeps, nothing else does.
 
@@ -10,12 +11,19 @@ and responses are written in the order the requests arrived. A handler runs inli
 finishes or first waits (most finish: their answer is written at once, without a task); one that
 waits goes on as a task. Handlers start in arrival order, so a handler that changes state before
 its first `await` (Produce appends that way) keeps the client's order. Reading pauses while
-MAX_IN_FLIGHT answers are waiting or the unsent answers exceed MAX_WRITE_BUFFER.
+MAX_IN_FLIGHT answers are waiting, the unsent answers exceed MAX_WRITE_BUFFER, or the requests
+waiting for answers hold too many bytes (request_memory.py, `queued.max.request.bytes`).
+
+Fairness: a connection takes at most FRAMES_PER_TURN requests, or TURN_SECONDS of handling, per
+turn of the event loop; then it stops reading and goes to the back of the loop's queue, after
+the other connections that have something to read. One client pipelining thousands of requests
+in a buffer cannot make the others wait for all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 import time
@@ -34,6 +42,7 @@ from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers import HANDLERS
 from exactly.server.handlers.api_versions import api_versions_response
 from exactly.server.metrics import timed
+from exactly.server.request_memory import PER_CONNECTION
 from exactly.server.startup import listen_error
 
 if TYPE_CHECKING:
@@ -44,10 +53,14 @@ log = logging.getLogger("exactly.server")
 MAX_IN_FLIGHT = 64  # answers waiting per connection; reading pauses beyond this
 MAX_WRITE_BUFFER = 4 * 1024 * 1024  # bytes not yet sent; reading pauses beyond this
 RECEIVE_BUFFER = 64 * 1024  # sizes and frames up to this are read here; larger ones in place
+FIRST_RECEIVE_BUFFER = 2 * 1024  # a new or long-silent connection's buffer: grows when filled
+TRIM_AFTER_SECONDS = 30.0  # a connection silent this long gives its buffers back
 LARGE_KEPT = 16 * 1024 * 1024  # a connection keeps its buffer for large frames up to this size
 # A large frame's buffer starts at this (or the connection's kept buffer) and doubles as bytes
 # arrive: what a frame claims is never allocated before it is sent.
 LARGE_FIRST = 64 * 1024
+FRAMES_PER_TURN = 8  # requests a connection takes per turn of the event loop, at most
+TURN_SECONDS = 0.0002  # and handling time per turn, at most (a cheap request is one frame)
 
 Frame = bytes | None  # None: a request answered by no response (Produce with acks=0)
 
@@ -59,6 +72,8 @@ class Connection(asyncio.BufferedProtocol):
         self.listener = listener
         self.connections = connections  # the broker's open connections, closed when it stops
         self.limits = limits
+        self.memory = limits.memory
+        self._held = 0  # bytes of this connection's requests waiting for their answers
         self.admitted = False  # counted by the limits (a refused one is closed at once)
         self.last_active = time.monotonic()  # the last request received (the idle sweep)
         self.max_request_bytes: int = services.config["socket.request.max.bytes"]
@@ -73,9 +88,11 @@ class Connection(asyncio.BufferedProtocol):
         self._failed = False
         self._closing = False  # no more requests are read; closed once the answers are out
         self._paused = False  # reading paused: too many answers waiting, or too much unsent
+        self._yielding = False  # reading paused until the loop's next turn: others go first
         self._write_paused = False
-        self._buffer = bytearray(RECEIVE_BUFFER)
+        self._buffer = bytearray(FIRST_RECEIVE_BUFFER)
         self._have = 0  # bytes of self._buffer received and not yet taken as frames
+        self._filled = False  # the last read filled the buffer: the next one gets a larger one
         # A large frame is read in place into self._large, kept for the next one: a fresh
         # megabyte per Produce request would cost page faults and zeroing every time. It grows
         # (into a new, larger buffer) as the frame's bytes arrive.
@@ -123,14 +140,22 @@ class Connection(asyncio.BufferedProtocol):
             if self._frame_have == len(self._large):
                 self._grow_large(min(self._frame_size, 2 * len(self._large)))
             return memoryview(self._large)[self._frame_have:self._frame_size]
-        if self._have == len(self._buffer):  # full of frames waiting for room: make more
-            self._buffer.extend(bytes(RECEIVE_BUFFER))
-        return memoryview(self._buffer)[self._have:]
+        # Resized here only: during buffer_updated the transport still holds a view of it.
+        buffer, have = self._buffer, self._have
+        if have == len(buffer):  # full of frames waiting for room: make more
+            buffer.extend(bytes(len(buffer)))
+        elif self._filled and len(buffer) < RECEIVE_BUFFER:  # a busy client: read more at once
+            buffer.extend(bytes(RECEIVE_BUFFER - len(buffer)))
+        elif len(buffer) > RECEIVE_BUFFER and have <= RECEIVE_BUFFER // 2:
+            del buffer[RECEIVE_BUFFER:]
+        self._filled = False
+        return memoryview(buffer)[have:]
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         if self._frame_size is None:
             self._have += nbytes
+            self._filled = self._have == len(self._buffer)
             self._take_frames()
             return
         self._frame_have += nbytes
@@ -159,7 +184,7 @@ class Connection(asyncio.BufferedProtocol):
     def _end_of_input(self) -> None:
         """After EOF, once every complete frame received has been dispatched (reading may be
         paused with some still waiting): a partial frame left is malformed; stop reading."""
-        if self._paused or self._closing:
+        if self._paused or self._closing or self._yielding:
             return
         if self._frame_size is not None:
             self._malformed(f"connection closed after {self._frame_have} of {self._frame_size} "
@@ -182,9 +207,13 @@ class Connection(asyncio.BufferedProtocol):
     # -- frames ------------------------------------------------------------------------------
 
     def _take_frames(self) -> None:
-        """Dispatch the complete frames in the receive buffer, in order."""
+        """Dispatch the complete frames in the receive buffer, in order, a turn's worth."""
         buffer, have, pos = self._buffer, self._have, 0
+        taken, turn_ends = 0, time.perf_counter() + TURN_SECONDS
         while not self._closing and not self._paused and have - pos >= 4:
+            if taken == FRAMES_PER_TURN or (taken and time.perf_counter() > turn_ends):
+                self._yield_turn()
+                break
             (size,) = framing.SIZE.unpack_from(buffer, pos)
             if self.session is not None and not self.session.authenticated:
                 max_bytes, key = self.max_unauthenticated_bytes, "sasl.server.max.receive.size"
@@ -208,6 +237,7 @@ class Connection(asyncio.BufferedProtocol):
                 break
             frame = bytes(memoryview(buffer)[pos + 4:end])
             pos = end
+            taken += 1
             if not self._dispatch(frame):
                 self._stop_reading()
                 return
@@ -217,8 +247,22 @@ class Connection(asyncio.BufferedProtocol):
             if rest:
                 buffer[:rest] = memoryview(buffer)[pos:have]
             self._have = rest
-            if len(buffer) > RECEIVE_BUFFER and rest <= RECEIVE_BUFFER:
-                del buffer[RECEIVE_BUFFER:]
+
+    def _yield_turn(self) -> None:
+        """Stop reading until the loop's next turn, when the other connections have had theirs."""
+        self._yielding = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._yielding = False
+        if self._closing or self._paused:  # _check_room resumes once there is room
+            return
+        if not self._eof:
+            self.transport.resume_reading()
+        self._take_frames()
+        if self._eof:
+            self._end_of_input()
 
     def _grow_large(self, capacity: int) -> None:
         """A larger buffer for the frame being read, with what arrived so far. A new one, not a
@@ -228,15 +272,20 @@ class Connection(asyncio.BufferedProtocol):
         self._large = grown
 
     def _check_room(self) -> None:
-        """Pause reading while too many answers wait or too much is unsent; resume after."""
-        full = len(self._pending) >= MAX_IN_FLIGHT or self._write_paused
+        """Pause reading while too many answers wait, too much is unsent or too many bytes of
+        requests are held; resume after."""
+        full = (len(self._pending) >= MAX_IN_FLIGHT or self._write_paused
+                or self._held >= PER_CONNECTION)
+        if not full and self.memory.exhausted:
+            full = True
+            self.memory.wait(self._check_room)
         if full and not self._paused:
             self._paused = True
             if not self._closing:
                 self.transport.pause_reading()
         elif not full and self._paused:
             self._paused = False
-            if not self._closing:
+            if not self._closing and not self._yielding:  # else the next turn resumes
                 if not self._eof:
                     self.transport.resume_reading()
                 self._take_frames()  # the frames that arrived before the pause
@@ -259,6 +308,12 @@ class Connection(asyncio.BufferedProtocol):
     def is_quiet(self) -> bool:
         """No answer waits to be computed or sent: closing it loses nothing."""
         return not self._pending
+
+    def trim(self) -> None:
+        """Give the buffers back (the connection has been silent): they grow again if it talks."""
+        if self._have == 0 and self._frame_size is None:
+            self._buffer = bytearray(FIRST_RECEIVE_BUFFER)
+            self._large = bytearray()
 
     def close(self) -> None:
         """The broker is stopping, or the connection was idle too long."""
@@ -314,6 +369,10 @@ class Connection(asyncio.BufferedProtocol):
             return False
         future = asyncio.ensure_future(_resume_handler(coro, waiting_on))
         self._pending.append(future)
+        size = len(frame) + 4  # held by the waiting handler (its decoded request) until done
+        self._held += size
+        self.memory.take(size)
+        future.add_done_callback(functools.partial(self._release, size))
         future.add_done_callback(self._on_done)
         return True
 
@@ -336,6 +395,10 @@ class Connection(asyncio.BufferedProtocol):
         ready: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         ready.set_result(frame)  # after the earlier answers, which are still in the works
         self._pending.append(ready)
+
+    def _release(self, size: int, _future: asyncio.Future[Frame]) -> None:
+        self._held -= size
+        self.memory.give(size)
 
     def _on_done(self, _future: asyncio.Future[Frame]) -> None:
         self._write_ready()

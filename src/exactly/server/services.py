@@ -14,13 +14,14 @@ it uses) and cannot reach the broker itself, as Tansu's services get a narrow ty
     identity      node id, cluster id, finalized features
     config        the broker's checked configuration
     clock         milliseconds since the epoch; the one clock every service reads
+    answers       encoded answers that only change with the topics (Metadata for all topics)
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -64,3 +65,4 @@ class Services:
     identity: BrokerIdentity
     config: BrokerConfig
     clock: Clock = wall_clock_ms
+    answers: dict[Hashable, bytes] = field(default_factory=dict)

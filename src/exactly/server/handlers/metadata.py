@@ -1,4 +1,10 @@
-"""Metadata (v0–v12): brokers, topics, partitions, topic ids; auto-creates topics when allowed."""
+"""Metadata (v0–v12): brokers, topics, partitions, topic ids; auto-creates topics when allowed.
+
+The answer for every topic is encoded once per change of the topics (`LogManager.topics_version`)
+and listener, and sent as bytes after: with the internal topics' hundred partitions it is the
+most expensive answer a client can ask for over and over, and a flood of it must not cost the
+other clients their turn (issue 14). With an authorizer the answer depends on the principal and
+the ACLs, and it is built each time."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from exactly.log import TopicInfo
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.protocol.framing import encode_response_body
 from exactly.server.acl.model import CLUSTER_NAME, Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, advertised_address
@@ -41,7 +48,26 @@ def _error_entry(ctx: RequestContext, name: str | None, topic_id: Any, error: Er
                       is_internal=False, partitions=())
 
 
-async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> ResponsePayload:
+MAX_CACHED_ANSWERS = 64  # versions x listeners x flags: a handful in practice
+
+
+async def handle_metadata(ctx: RequestContext, request: MetadataRequest) -> ResponsePayload | bytes:
+    every_topic = request.topics is None or (ctx.api_version == 0 and not request.topics)
+    if not every_topic or ctx.services.authorizer is not None:
+        return _metadata(ctx, request)
+    answers = ctx.services.answers
+    key = ("metadata", ctx.services.logs.topics_version, ctx.api_version, advertised_address(ctx),
+           bool(getattr(request, "include_topic_authorized_operations", False)),
+           bool(getattr(request, "include_cluster_authorized_operations", False)))
+    body = answers.get(key)
+    if body is None:
+        if len(answers) >= MAX_CACHED_ANSWERS:
+            answers.clear()
+        body = answers[key] = encode_response_body(_metadata(ctx, request))
+    return body
+
+
+def _metadata(ctx: RequestContext, request: MetadataRequest) -> ResponsePayload:
     logs = ctx.services.logs
     config = ctx.services.config
     topics: list[Any] = []

@@ -12,6 +12,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+from exactly import failpoints
 from exactly.log import PartitionLog
 from exactly.log.errors import InvalidRecordError, LogError, StorageError
 from exactly.protocol import fast_responses
@@ -30,6 +31,7 @@ log = logging.getLogger("exactly.produce")
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes | None:
+    await failpoints.hit_async("produce.before_append")
     services = ctx.services
     acks = request.acks
     txn_id = request.transactional_id
