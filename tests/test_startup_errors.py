@@ -64,3 +64,19 @@ def test_metrics_port_in_use_names_metrics_listen(tmp_path: Path, busy_port) -> 
     assert_fails_with(proc, f"cannot listen on 127.0.0.1:{port} (metrics.listen): the address is "
                             "in use; stop the process using it or choose another port in "
                             "metrics.listen")
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["empty", "with-data"])
+def test_read_only_data_dir(tmp_path: Path, existing: bool) -> None:
+    """A read-only bind mount (root, as the tests run here, writes through file permissions)."""
+    data = tmp_path / "d"
+    data.mkdir()
+    if existing:
+        (data / "meta.properties").write_text("version=1\n")
+    subprocess.run(["mount", "--bind", str(data), str(data)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(data)], check=True)
+        assert_fails_with(broker("--data-dir", str(data), "--listen", "127.0.0.1:0"),
+                          f"cannot use data directory {data}: the file system is read-only")
+    finally:
+        subprocess.run(["umount", "-l", str(data)], check=False)
