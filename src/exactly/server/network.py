@@ -1,10 +1,11 @@
 """The asyncio network server: frames in, handlers, frames out in request order.
 
 A connection is an `asyncio.BufferedProtocol`: the transport reads into the connection's own
-buffer (small while the client sends little: an idle connection costs a few KiB; 64 KiB once a
-read fills it; back to small after TRIM_AFTER_SECONDS of silence), and a frame too large for it (a Produce request of a megabyte) is read straight into a
-second buffer the connection keeps for such frames: the kernel copies its bytes there, and the
-decoder copies what the request keeps, nothing else does.
+buffer (small while the client sends little, so an idle connection costs a few KiB; 64 KiB once
+a read fills it; small again after TRIM_AFTER_SECONDS of silence), and a frame too large for it
+(a Produce request of a megabyte) is read straight into a second buffer the connection keeps for
+such frames: the kernel copies its bytes there, and the decoder copies what the request keeps,
+nothing else does.
 
 Requests on one connection are pipelined: each is handed to its handler as soon as it is read,
 and responses are written in the order the requests arrived. A handler runs inline until it
