@@ -10,6 +10,7 @@ from exactly import __version__
 from exactly.cli.acls import acls
 from exactly.cli.common import fail, parse_pairs
 from exactly.cli.console import consume, produce
+from exactly.cli.log import log_files
 from exactly.cli.topics import topics
 from exactly.cli.transactions import transactions
 from exactly.cli.users import users
@@ -88,6 +89,7 @@ cli.add_command(consume)
 cli.add_command(transactions)
 cli.add_command(acls)
 cli.add_command(users)
+cli.add_command(log_files)
 
 
 # The demo parses its own arguments, --help included, so that `exactly demo --help` lists them.

@@ -18,9 +18,12 @@ Apache Kafka does with its `recovery-point-offset-checkpoint`:
 - On open after a crash (`LogSegment.recover_from`): index entries at or past the recovery
   point are dropped, the batch headers from the last kept entry up to the recovery point are
   read (no more than about `index.interval.bytes`) to check that it is a batch boundary, and
-  only the batches after it are validated; the file is cut at the first torn one, as before.
-  The bytes below are trusted without their CRCs: a corrupt byte there is not noticed (the trade
-  Kafka makes; such a byte was fsynced, so only a failing disk puts it there).
+  only the batches after it are validated; the file is cut at the first torn one, as before,
+  with a WARN (`event=log_truncated`) naming the file, the offset and byte position of that
+  batch and what was wrong with it (CRC, length, magic, offsets, a torn tail).
+  The bytes below are trusted without their CRCs: a corrupt byte there is not noticed here (the
+  trade Kafka makes; such a byte was fsynced, so only a failing disk puts it there), but by the
+  first fetch that reads it (checked_reads.py) and by `exactly log verify` (verify.py).
 - With no checkpoint entry, a recovery point outside the active segment, or files that disagree
   with it (an index entry missing or wrong, the offset inside a batch or past the end of the
   file, say after the file was truncated), the whole active segment is validated, as without a
@@ -97,11 +100,10 @@ def load_segments(directory: Path, config: LogConfig, *, clean: bool, now_ms: in
         # Older segments were fsynced at roll: trust them if their indexes check out. After
         # a crash the active segment may hold a torn tail: it is validated, from the recovery
         # point when there is a usable one.
-        truncated = 0
+        recovery: Recovery | None = None
         recovered = not ((clean or not is_last) and seg.load())
         if recovered:
             recovery, start = _recover(directory, seg, recovery_point if is_last else None)
-            truncated = recovery.truncated
             validated += recovery.validated
             if start > seg.base_offset:
                 recovered_from = start
@@ -110,8 +112,10 @@ def load_segments(directory: Path, config: LogConfig, *, clean: bool, now_ms: in
             log.warning("event=txn_index_rebuild dir=%s segment=%d", directory, base)
             if rebuild_from is None:
                 rebuild_from = base
-        if truncated:
-            log.warning("event=log_truncated dir=%s segment=%d bytes=%d", directory, base, truncated)
+        if recovery is not None and recovery.truncated:
+            log.warning("event=log_truncated file=%s offset=%d position=%d bytes=%d reason=%s",
+                        seg.log_path, recovery.offset, recovery.position, recovery.truncated,
+                        recovery.reason)
             if not is_last:  # like Kafka: what follows a torn batch is not trusted
                 delete_segments(directory, bases[i + 1 :])
                 break

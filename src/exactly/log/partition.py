@@ -19,6 +19,7 @@ from pathlib import Path
 
 import crc32c
 
+from exactly.log.checked_reads import BadBatch, CorruptBatches, UncheckedBytes
 from exactly.log.config import LogConfig
 from exactly.log.errors import (
     CorruptRecordError,
@@ -31,7 +32,7 @@ from exactly.log.files import fsync_dir
 from exactly.log.loader import load_producer_state, load_segments
 from exactly.log.markers import Marker, build_marker, parse_marker
 from exactly.log.producer_state import ProducerStateEntry, ProducerStateManager
-from exactly.log.segment import LogSegment, segment_name
+from exactly.log.segment import LogSegment, TornBatch, segment_name
 from exactly.log.txn_index import AbortedTxn
 from exactly.protocol.records import (
     ATTR_CONTROL,
@@ -86,6 +87,7 @@ class PartitionLog:
         self._dir_dirty = False
         self.cleaning = False  # the log cleaner works on it: retention waits (log/cleaner.py)
         self.closed = False  # closed or deleted: a clean in progress is dropped
+        self.corrupt_batches = CorruptBatches()  # what reads found bad (checked_reads.py)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -394,7 +396,10 @@ class PartitionLog:
              min_one_batch: bool = True) -> bytes:
         """Whole batches from the one holding `offset`, up to `max_bytes`, none with a base
         offset >= `max_offset` (default: the high watermark). With `min_one_batch` the first
-        batch comes whole even when larger than `max_bytes` (KIP-74); without, nothing does."""
+        batch comes whole even when larger than `max_bytes` (KIP-74); without, nothing does.
+
+        Bytes loaded from disk are CRC-checked by the first read of them (checked_reads.py): a
+        bad batch ends what is returned, and a read that starts at one raises CorruptRecordError."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside {self.topic}-{self.partition}'s range "
@@ -406,19 +411,41 @@ class PartitionLog:
         for seg in self._segments[idx:]:
             if seg.base_offset >= limit:
                 return b""
-            found = seg.find_batch(offset)
+            try:
+                found = seg.find_batch(offset)
+            except TornBatch as exc:  # only in bytes from disk that no read has checked yet
+                raise self._corrupt(seg, BadBatch(exc.position, offset, exc.reason)) from None
             if found is None:
                 continue
             start, header = found
             if header.base_offset >= limit:
                 return b""
-            end = seg.size if limit >= seg.next_offset else seg.position_of(limit)
-            if end - start > max_bytes:
-                end = seg.batch_boundary_within(start, start + max(max_bytes, 0))
-                if not min_one_batch and end - start > max_bytes:
-                    return b""
-            return seg.read(start, end - start)
+            try:
+                end = seg.size if limit >= seg.next_offset else seg.position_of(limit)
+                if end - start > max_bytes:
+                    end = seg.batch_boundary_within(start, start + max(max_bytes, 0))
+                    if not min_one_batch and end - start > max_bytes:
+                        return b""
+            except TornBatch as exc:  # serve the batches before it; a read from it fails
+                if exc.position <= start:
+                    raise self._corrupt(seg, BadBatch(exc.position, offset, exc.reason)) from None
+                end = exc.position
+            data = seg.read(start, end - start)
+            if seg.unchecked:
+                try:
+                    data = data[: seg.unchecked.check(data, start, offset,
+                                                      base_offset=seg.base_offset,
+                                                      next_offset=seg.next_offset)]
+                except BadBatch as bad:
+                    raise self._corrupt(seg, bad) from None
+            return data
         return b""
+
+    def _corrupt(self, seg: LogSegment, bad: BadBatch) -> CorruptRecordError:
+        """Log and count a bad batch a read starts at: the error its fetch answers."""
+        self.corrupt_batches.found(seg.log_path, bad)
+        return CorruptRecordError(f"{seg.log_path}: the batch at position {bad.position} "
+                                  f"(offset {bad.offset}) is corrupt: {bad.reason}")
 
     # -- timestamps ------------------------------------------------------------------------
 
@@ -581,6 +608,8 @@ class PartitionLog:
             raise ValueError(f"{self}: the cleaned segments are no longer in the log")
         self._segments[start : start + len(old)] = [new]
         self._bases = [seg.base_offset for seg in self._segments]
+        if any(seg.unchecked for seg in old):  # the cleaner copies batches without their CRCs
+            new.unchecked = UncheckedBytes(new.size)
         for seg in old:
             seg.close()
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from exactly.log.checked_reads import UncheckedBytes, batch_error
 from exactly.log.errors import StorageError
 from exactly.log.files import fsync_dir
 from exactly.log.index import OffsetIndex, TimeIndex
@@ -17,7 +18,6 @@ from exactly.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
-    RecordBatchError,
     RecordBatchHeader,
 )
 
@@ -56,10 +56,15 @@ def scan_batches(fd: int, start: int, end: int, *, whole: bool) -> Iterator[tupl
                     raise TornBatch(pos, "partial batch header at the end of the segment")
                 break
             header = RecordBatchHeader(buf, off)
-            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != MAGIC:
-                raise TornBatch(pos + off, "not a record batch (bad length or magic)")
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+                raise TornBatch(pos + off, f"batch length {header.batch_length} is out of range "
+                                           f"(below the header's {HEADER_SIZE - LOG_OVERHEAD})")
+            if header.magic != MAGIC:
+                raise TornBatch(pos + off, f"magic {header.magic}, not {MAGIC}: not a record batch")
             if pos + off + header.size > end:
-                raise TornBatch(pos + off, "batch runs past the end of the segment")
+                raise TornBatch(pos + off, f"batch of {header.size} bytes runs past the end of the "
+                                           f"segment ({end - pos - off} bytes left): a torn tail, or "
+                                           f"a length out of range")
             if whole and off + header.size > len(buf):
                 if off == 0:  # a batch bigger than the chunk: read it alone
                     buf = os.pread(fd, header.size, pos)
@@ -116,6 +121,8 @@ class LogSegment:
         self.first_timestamp = -1  # maxTimestamp of the first batch: the base of time-based rolls
         self._bytes_since_index: int | None = None
         self._fd: int | None = None
+        # Bytes loaded from disk without their CRCs checked (checked_reads.py): reads check them.
+        self.unchecked = UncheckedBytes()
 
     # -- files -----------------------------------------------------------------------------
 
@@ -304,6 +311,7 @@ class LogSegment:
         self.next_offset = self.base_offset
         self.max_timestamp = self.offset_of_max_timestamp = self.first_timestamp = -1
         self._bytes_since_index = None
+        self.unchecked = UncheckedBytes()
         recovery = self._validate_from(0)
         self.index.rewrite()
         self.time_index.rewrite()
@@ -392,6 +400,7 @@ class LogSegment:
         self.size = end
         self.next_offset = next_offset
         self._bytes_since_index = end - idx.values[-1]
+        self.unchecked = UncheckedBytes(end)
         return end
 
     def _validate_from(self, position: int) -> Recovery:
@@ -399,28 +408,32 @@ class LogSegment:
         them, and cut the file at the first invalid one."""
         file_size = os.fstat(self.fd).st_size
         valid_end = position
+        reason = ""
         try:
             for pos, header in scan_batches(self.fd, position, file_size, whole=True):
-                try:
-                    header.validate(dense=False)  # a cleaned segment has gaps
-                except RecordBatchError as exc:
-                    raise TornBatch(pos, str(exc)) from None
-                if header.base_offset < self.next_offset:
-                    raise TornBatch(pos, f"offset {header.base_offset} goes backwards")
+                problem = batch_error(header, self.next_offset)
+                if problem is not None:
+                    raise TornBatch(pos, problem)
                 self._track(pos, header.base_offset, header.next_offset, header.max_timestamp, header.size)
                 valid_end = pos + header.size
-        except TornBatch:
-            pass
+        except TornBatch as exc:
+            reason = exc.reason
         if valid_end < file_size:
             os.ftruncate(self.fd, valid_end)
             os.fsync(self.fd)
-        return Recovery(validated=file_size - position, truncated=file_size - valid_end)
+        return Recovery(validated=file_size - position, truncated=file_size - valid_end,
+                        offset=self.next_offset, position=valid_end, reason=reason)
 
 
 class Recovery(NamedTuple):
     """What recovering a segment read: `validated` bytes, from where validation began (the
     segment's start, or the recovery point) to the end of the file, checked batch by batch with
-    CRCs up to the first invalid batch; `truncated` bytes cut off there."""
+    CRCs up to the first invalid batch; `truncated` bytes cut off there. When some were, the
+    first invalid batch was at file `position`, where offset `offset` would have been, and
+    `reason` says what was wrong with it."""
 
     validated: int
     truncated: int
+    offset: int = -1
+    position: int = -1
+    reason: str = ""

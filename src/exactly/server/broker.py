@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from exactly.groups import GroupCoordinator
 from exactly.log import LogManager
+from exactly.log.errors import CorruptRecordError
 from exactly.server import network
 from exactly.server.acl import make_authorizer
 from exactly.server.appends import AppendService
@@ -26,7 +27,7 @@ from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.data_dir import DataDirLock
 from exactly.server.log_cleaning import CleanerService
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
-from exactly.server.startup import data_dir_error, listen_error
+from exactly.server.startup import StartupError, data_dir_error, listen_error
 from exactly.server.transactions import TransactionDriver
 from exactly.txn import TransactionCoordinator
 from exactly.txn.producer_ids import ProducerIdManager
@@ -52,9 +53,16 @@ class Broker:
             raise data_dir_error(self.log_dir, exc) from exc
         clock = wall_clock_ms
         logs = LogManager(self.log_dir, config.log_config())
-        groups = GroupCoordinator(logs, config.group_config(), now_ms=clock())
         producer_ids = ProducerIdManager(self.log_dir / "producer_ids")
-        txn = TransactionCoordinator(logs, producer_ids, config.txn_config(), now_ms=clock())
+        try:
+            groups = GroupCoordinator(logs, config.group_config(), now_ms=clock())
+            txn = TransactionCoordinator(logs, producer_ids, config.txn_config(), now_ms=clock())
+        except CorruptRecordError as exc:
+            # A coordinator that skipped a damaged batch could bring back an older state of a
+            # transaction or an offset: better not to start, and say where the damage is.
+            raise StartupError(
+                f"cannot load the coordinators' state: {exc}; `exactly log verify --data-dir "
+                f"{self.log_dir}` lists what is damaged") from exc
         appends = AppendService(config.log_config().flush_policy)
         self._cleaning = CleanerService(logs, config.cleaner_config(), clock)
         transaction_version: int = config["transaction.version"]

@@ -7,7 +7,8 @@ Two kinds of metric:
   `active-transaction-open-time-max` (KIP-939), transactions by state, and each partition's last
   stable offset lag behind its high watermark (an open transaction holds read_committed back),
   and the log cleaner's progress: bytes read and written, records removed, the last clean's time
-  and duration, and each compacted partition's dirty ratio (Kafka's LogCleaner metrics).
+  and duration, and each compacted partition's dirty ratio (Kafka's LogCleaner metrics); writes
+  that failed for the disk's sake, and corrupt batches fetches found (log/checked_reads.py).
 
 The HTTP server runs on the broker's event loop, so the collector reads the coordinator and the
 logs on the same thread that changes them.
@@ -88,6 +89,14 @@ class BrokerCollector(Collector):
                                      "answered KAFKA_STORAGE_ERROR.")
         errors.add_metric([], self.services.logs.storage_errors)
         yield errors
+        corrupt = CounterMetricFamily(
+            "exactly_log_corrupt_batches",
+            "Corrupt batches (CRC, length, offsets) that fetches found in segment bytes read from "
+            "disk, each counted once: fetches from them are answered CORRUPT_MESSAGE; run "
+            "`exactly log verify`.", labels=["topic", "partition"])
+        for plog in sorted(self.services.logs.logs(), key=lambda p: (p.topic, p.partition)):
+            corrupt.add_metric([plog.topic, str(plog.partition)], plog.corrupt_batches.count)
+        yield corrupt
 
     def _cleaner(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         m = self.services.cleaner.metrics
