@@ -16,9 +16,11 @@ MAX_IN_FLIGHT answers are waiting, the unsent answers exceed MAX_WRITE_BUFFER, o
 waiting for answers hold too many bytes (request_memory.py, `queued.max.request.bytes`).
 
 Fairness: a connection takes at most FRAMES_PER_TURN requests, or TURN_SECONDS of handling, per
-turn of the event loop; then it stops reading and goes to the back of the loop's queue, after
-the other connections that have something to read. One client pipelining thousands of requests
-in a buffer cannot make the others wait for all of them.
+turn; then it stops reading and waits in `Turns`, a queue that gives each waiting connection its
+next turn in order, at most ROUND_SECONDS of them per pass of the event loop. One client
+pipelining thousands of requests cannot make the others wait for all of them, and eight such
+clients cannot make a pass of the loop long: what another client's request waits for between
+its steps (an fsync round's answer, a handler resuming) comes after at most one round.
 """
 
 from __future__ import annotations
@@ -60,16 +62,45 @@ LARGE_KEPT = 16 * 1024 * 1024  # a connection keeps its buffer for large frames 
 # A large frame's buffer starts at this (or the connection's kept buffer) and doubles as bytes
 # arrive: what a frame claims is never allocated before it is sent.
 LARGE_FIRST = 64 * 1024
-FRAMES_PER_TURN = 8  # requests a connection takes per turn of the event loop, at most
-TURN_SECONDS = 0.0002  # and handling time per turn, at most (a cheap request is one frame)
+FRAMES_PER_TURN = 8  # requests a connection takes per turn, at most
+TURN_SECONDS = 0.0002  # and handling time per turn, at most (a costly request is one turn)
+ROUND_SECONDS = 0.001  # turns of waiting connections per pass of the event loop, at most
 
 Frame = bytes | None  # None: a request answered by no response (Produce with acks=0)
 
 
+class Turns:
+    """The connections waiting for their next turn, served in order, one round per pass of the
+    event loop: each at most once a round, and no more of them than ROUND_SECONDS allows (one at
+    least). A connection that still has requests goes to the back of the queue."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Connection] = deque()
+        self._scheduled = False
+
+    def wait(self, conn: Connection) -> None:
+        self._queue.append(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._round)
+
+    def _round(self) -> None:
+        self._scheduled = False
+        queue, ends = self._queue, time.perf_counter() + ROUND_SECONDS
+        for _ in range(len(queue)):  # those that wait again now are next round's
+            queue.popleft().next_turn()
+            if time.perf_counter() > ends:
+                break
+        if queue and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._round)
+
+
 class Connection(asyncio.BufferedProtocol):
     def __init__(self, services: Services, listener: ListenerRuntime,
-                 connections: set[Connection], limits: ConnectionLimits) -> None:
+                 connections: set[Connection], limits: ConnectionLimits, turns: Turns) -> None:
         self.services = services
+        self.turns = turns
         self.listener = listener
         self.connections = connections  # the broker's open connections, closed when it stops
         self.limits = limits
@@ -250,12 +281,12 @@ class Connection(asyncio.BufferedProtocol):
             self._have = rest
 
     def _yield_turn(self) -> None:
-        """Stop reading until the loop's next turn, when the other connections have had theirs."""
+        """Stop reading until the next turn, when the other connections have had theirs."""
         self._yielding = True
         self.transport.pause_reading()
-        asyncio.get_running_loop().call_soon(self._next_turn)
+        self.turns.wait(self)
 
-    def _next_turn(self) -> None:
+    def next_turn(self) -> None:
         self._yielding = False
         if self._closing or self._paused:  # _check_room resumes once there is room
             return
@@ -454,10 +485,11 @@ async def _resume_handler(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> 
 
 
 async def start_server(services: Services, connections: set[Connection], host: str, port: int,
-                       listener: ListenerRuntime, limits: ConnectionLimits,
+                       listener: ListenerRuntime, limits: ConnectionLimits, turns: Turns,
                        ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: Connection(services, listener, connections, limits),
+    return await loop.create_server(lambda: Connection(services, listener, connections, limits,
+                                                       turns),
                                     host, port,
                                     backlog=512, ssl=ssl_context,
                                     ssl_handshake_timeout=10 if ssl_context else None)
@@ -478,13 +510,14 @@ async def start_listeners(services: Services, connections: set[Connection],
         except TlsConfigError as exc:
             raise ConfigError(str(exc)) from None
     started: list[tuple[asyncio.Server, ListenerRuntime]] = []
+    turns = Turns()  # one queue for every listener's connections
     try:
         for lst in config.listeners:
             runtime = ListenerRuntime(lst.name, "", 0)
             tls = ssl_context if lst.name in ("SSL", "SASL_SSL") else None
             try:
                 server = await start_server(services, connections, lst.host, lst.port, runtime,
-                                            limits, tls)
+                                            limits, turns, tls)
             except OSError as exc:
                 raise listen_error("listeners", lst.host, lst.port, exc) from exc
             bound = server.sockets[0].getsockname()
