@@ -3,8 +3,9 @@
 Segments below the recovery point are trusted when a log opens, as Apache Kafka trusts them
 (loader.py): their CRCs are not read. A byte flipped on disk there would be served as it is: a
 consumer that checks CRCs (the Java client; librdkafka with check.crcs) stops at that batch for
-good, one that does not takes the damaged records, and the broker says nothing. Checking every fetched byte would cost CPU on the hot path (and fetch is
-to move to sendfile, issue 19), so the broker checks each byte once:
+good, one that does not takes the damaged records, and the broker says nothing. Checking every
+fetched byte would cost CPU on the hot path (and fetch is to move to sendfile, issue 19), so the
+broker checks each byte once:
 
 - batches this process appended were validated at append (PartitionLog._parse), and batches that
   recovery validated after a crash likewise: they are never checked again;
