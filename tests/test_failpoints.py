@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIRING_TESTS = ("tests/server/test_fault_points.py", "tests/server/test_markers_after_answer.py",
                 "tests/spark/test_stream_faults.py", "tests/server/test_cleaner_crash.py",
                 "tests/server/test_request_memory.py")
+SKIPPING_TESTS = ("tests/server/test_power_cut.py",)  # the tests that leave SKIPS' steps out
 DUALWRITE_TESTS = STEPS + RECOVERY_STEPS + CONSUME_STEPS  # tests/dualwrite's parametrized crashes
 
 
@@ -154,6 +155,30 @@ def test_pause_in_hit_async_lets_the_event_loop_serve(monkeypatch: pytest.Monkey
     assert slept == [30.0]
 
 
+def test_skip_leaves_a_step_out_from_the_nth_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert failpoints.skip("log.roll.fsync_dir") is False  # the variable unset
+    monkeypatch.setenv(failpoints.ENV, "log.roll.fsync_dir=skip@2")
+    assert failpoints.active() == {"log.roll.fsync_dir": Failpoint("skip", at=2)}
+    assert [failpoints.skip("log.roll.fsync_dir") for _ in range(3)] == [False, True, True]
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ("txn.after_prepare=skip", "txn.after_prepare is a moment, not a step"),
+    ("log.roll.fsync_dir=crash", "skip is the one action of the points of SKIPS"),
+    ("log.roll.fsync_dir=skip:1", "unknown action"),
+])
+def test_skip_only_where_a_step_can_be_left_out(monkeypatch: pytest.MonkeyPatch, entry: str,
+                                                why: str) -> None:
+    monkeypatch.setenv(failpoints.ENV, entry)
+    with pytest.raises(ValueError, match=why):
+        failpoints.active()
+
+
+def test_skip_of_a_point_not_in_skips_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="'txn.after_prepare' is not in .*SKIPS"):
+        failpoints.skip("txn.after_prepare")
+
+
 def test_hit_async_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(failpoints.ENV, "txn.after_markers=raise")
     with pytest.raises(failpoints.FailpointError, match="txn.after_markers"):
@@ -191,17 +216,17 @@ def test_crash_kills_every_process_of_the_session(tmp_path: Path) -> None:
 
 # -- one set: the catalogue, the call sites, the points the tests fire ----------------------------
 
-def _call_sites() -> dict[str, list[str]]:
-    """Point -> where src/exactly calls failpoints.hit/hit_async with it."""
+def _call_sites(functions: tuple[str, ...] = ("hit", "hit_async")) -> dict[str, list[str]]:
+    """Point -> where src/exactly calls failpoints.hit/hit_async (or `functions`) with it."""
     sites: dict[str, list[str]] = {}
     for path in sorted((ROOT / "src" / "exactly").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.ImportFrom) and node.module == "exactly.failpoints":
-                assert not {a.name for a in node.names} & {"hit", "hit_async"}, (
+                assert not {a.name for a in node.names} & {"hit", "hit_async", "skip"}, (
                     f"{where}: call failpoints.hit(...), so that this check sees the call")
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("hit", "hit_async")
+                    and node.func.attr in functions
                     and isinstance(node.func.value, ast.Name)
                     and node.func.value.id == "failpoints"):
                 point = node.args[0] if node.args else None
@@ -211,15 +236,16 @@ def _call_sites() -> dict[str, list[str]]:
     return sites
 
 
-def _fired_by_tests() -> set[str]:
-    """The catalogue's points that the crash tests set in EXACTLY_FAILPOINTS."""
-    fired = {PREFIX + step for step in DUALWRITE_TESTS}
-    for name in FIRING_TESTS:
+def _fired_by_tests(tests: tuple[str, ...] = FIRING_TESTS,
+                    known: dict[str, str] = failpoints.CATALOGUE) -> set[str]:
+    """The points of `known` that `tests` set in EXACTLY_FAILPOINTS."""
+    fired = {PREFIX + step for step in DUALWRITE_TESTS} if known is failpoints.CATALOGUE else set()
+    for name in tests:
         for node in ast.walk(ast.parse((ROOT / name).read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 for entry in node.value.split(";"):
                     point = entry.partition("=")[0].strip()
-                    if point in failpoints.CATALOGUE:
+                    if point in known:
                         fired.add(point)
     return fired
 
@@ -233,6 +259,18 @@ def test_the_catalogue_the_call_sites_and_the_tests_name_the_same_points() -> No
     fired = _fired_by_tests()
     assert fired == catalogue, f"no test fires {sorted(catalogue - fired)}"
     assert all(d.strip() and "\n" not in d for d in failpoints.CATALOGUE.values())
+
+
+def test_the_skips_the_call_sites_and_the_tests_name_the_same_steps() -> None:
+    skips = set(failpoints.SKIPS)
+    sites = _call_sites(("skip",))
+    assert set(sites) == skips, (
+        f"skipped but not in SKIPS: {sorted(set(sites) - skips)}; in SKIPS but never asked: "
+        f"{sorted(skips - set(sites))}")
+    fired = _fired_by_tests(SKIPPING_TESTS, failpoints.SKIPS)
+    assert fired == skips, f"no test skips {sorted(skips - fired)}"
+    assert not skips & set(failpoints.CATALOGUE)
+    assert all(d.strip() and "\n" not in d for d in failpoints.SKIPS.values())
 
 
 def test_every_point_is_documented() -> None:

@@ -14,6 +14,11 @@ names. The variable holds entries `point=ACTION[@N]`, separated by `;`. Actions:
 - `raise`: raise FailpointError (a task that fails and is retried, say).
 - `pause:SECONDS`: wait there. `hit` sleeps; `hit_async` awaits asyncio.sleep, so the event
   loop (the broker's) keeps serving other requests meanwhile.
+- `skip`: leave a step out, only at the points SKIPS names, which code reaches with
+  `if not failpoints.skip(point): <the step>`. They are steps a test removes on purpose to
+  show that its check finds what goes wrong without them: an fsync, for the power-cut test
+  (tests/server/test_power_cut.py). SKIPS is apart from CATALOGUE, whose points are moments
+  (crash, raise or pause there); a skip point takes `skip` only, a CATALOGUE point never.
 
 The rule for `@N`: an entry fires at a hit when n >= N, where N is its `@N` (0 without one)
 and n is the `count` the caller passes, or, when it passes none, how many times this process
@@ -22,9 +27,10 @@ point fires every time; `@3` fires from the 3rd hit on (the dual-write worker di
 order); the Spark sink passes the micro-batch id as `count` (each batch runs in fresh Python
 workers, where a count of this process would start again), so `@3` fires from batch 3 on.
 
-A name that CATALOGUE does not hold is refused: in the variable (a ValueError when this module
-is imported, or at the next `active()`/`hit`, naming the known points) and in a call of `hit`
-(a programming error). With the variable unset, `hit` costs two dictionary lookups.
+A name that neither CATALOGUE nor SKIPS holds is refused: in the variable (a ValueError when
+this module is imported, or at the next `active()`/`hit`, naming the known points) and in a
+call of `hit` or `skip` (a programming error). With the variable unset, `hit` costs two
+dictionary lookups.
 """
 
 from __future__ import annotations
@@ -39,11 +45,11 @@ import time
 from collections import Counter
 from typing import NamedTuple
 
-__all__ = ["CATALOGUE", "ENV", "Failpoint", "FailpointError", "active", "hit", "hit_async",
-           "kill_session"]
+__all__ = ["CATALOGUE", "ENV", "SKIPS", "Failpoint", "FailpointError", "active", "hit",
+           "hit_async", "kill_session", "skip"]
 
 ENV = "EXACTLY_FAILPOINTS"
-SYNTAX = "point=crash|raise|pause:SECONDS[@N], entries separated by ';'"
+SYNTAX = "point=crash|raise|pause:SECONDS[@N] (point=skip[@N] for SKIPS), entries separated by ';'"
 
 # Every fault point, where it is and what has happened when it fires.
 CATALOGUE: dict[str, str] = {
@@ -91,6 +97,13 @@ CATALOGUE: dict[str, str] = {
     "dualwrite.consume-5-commit-database-transaction": "data and offsets committed together",
 }
 
+# Steps a test may leave out (action `skip`), where they are and what leaving them out loses.
+SKIPS: dict[str, str] = {
+    # The partition log (log/partition.py).
+    "log.roll.fsync_dir": "a segment roll's directory fsync: the new segment's files are not "
+                          "durable until the next fsync of the partition directory",
+}
+
 log = logging.getLogger(__name__)
 
 # How many times this process has reached each listed point (the n of `@N` without `count`).
@@ -104,7 +117,7 @@ class FailpointError(RuntimeError):
 class Failpoint(NamedTuple):
     """One entry of EXACTLY_FAILPOINTS."""
 
-    action: str            # "crash", "raise" or "pause"
+    action: str            # "crash", "raise", "pause" or "skip"
     at: int = 0            # fires once n >= at (see the module's docstring)
     seconds: float = 0.0   # how long a pause lasts
 
@@ -117,14 +130,19 @@ def _parse_entry(entry: str) -> tuple[str, Failpoint]:
     name, sep, rest = (part.strip() for part in entry.partition("="))
     if not sep or not name:
         raise _bad(entry, "expected point=action")
-    if name not in CATALOGUE:
+    if name not in CATALOGUE and name not in SKIPS:
         raise ValueError(f"{ENV} names the unknown fault point {name!r}; the known ones: "
-                         f"{', '.join(CATALOGUE)}")
+                         f"{', '.join(CATALOGUE)}; the steps that can be skipped: "
+                         f"{', '.join(SKIPS)}")
     action, has_at, at = (part.strip() for part in rest.partition("@"))
     if has_at and not (at.isascii() and at.isdigit()):
         raise _bad(entry, "@ takes a whole number")
     action, _, arg = (part.strip() for part in action.partition(":"))
-    if action in ("crash", "raise") and not arg:
+    if (action == "skip") != (name in SKIPS):
+        raise _bad(entry, f"skip is the one action of the points of SKIPS ({', '.join(SKIPS)})"
+                   if name in SKIPS else f"{name} is a moment, not a step: skip is only for "
+                   f"{', '.join(SKIPS)}")
+    if action in ("crash", "raise", "skip") and not arg:
         return name, Failpoint(action, int(at or 0))
     if action == "pause":
         return name, Failpoint(action, int(at or 0), _seconds(entry, arg))
@@ -151,10 +169,12 @@ def active() -> dict[str, Failpoint]:
     return dict(_parse(os.environ.get(ENV, "")))
 
 
-def _fire(point: str, count: int | None) -> float:
-    """Crash or raise if `point` fires now; the seconds to pause otherwise (0: go on)."""
-    if point not in CATALOGUE:
-        raise ValueError(f"fault point {point!r} is not in exactly.failpoints.CATALOGUE: add it "
+def _fire(point: str, count: int | None, known: dict[str, str] = CATALOGUE) -> float:
+    """Crash or raise if `point` fires now; the seconds to pause otherwise (0: go on); -1 for
+    a skip that fires."""
+    if point not in known:
+        name = "CATALOGUE" if known is CATALOGUE else "SKIPS"
+        raise ValueError(f"fault point {point!r} is not in exactly.failpoints.{name}: add it "
                          "there, with a test that fires it")
     if ENV not in os.environ:
         return 0.0
@@ -174,6 +194,8 @@ def _fire(point: str, count: int | None) -> float:
         raise FailpointError(f"fault point {point} (n={n})")
     if entry.action == "crash":
         kill_session(os.getsid(0))
+    if entry.action == "skip":
+        return -1.0
     return entry.seconds
 
 
@@ -189,6 +211,12 @@ async def hit_async(point: str, *, count: int | None = None) -> None:
     seconds = _fire(point, count)
     if seconds:
         await asyncio.sleep(seconds)
+
+
+def skip(point: str, *, count: int | None = None) -> bool:
+    """Should the step at `point` (one of SKIPS) be left out? True when EXACTLY_FAILPOINTS says
+    `point=skip` and n has reached its @N: a test removes the step on purpose."""
+    return _fire(point, count, SKIPS) < 0
 
 
 def kill_session(session: int) -> None:

@@ -1,5 +1,6 @@
 """Small durable files (topic metadata, meta.properties, producer id blocks, ACLs, credentials):
-replaced whole, so that a crash leaves the old content or the new, never a mix."""
+replaced whole, so that a crash leaves the old content or the new, never a mix; and the
+directory fsyncs that make new entries durable."""
 
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def mkdir_durably(directory: Path) -> None:
+    """`mkdir -p` whose result survives a power cut: the parent of each directory it creates is
+    fsynced, as Kafka's LogManager does for a log directory it creates (a new directory's entry
+    is in its parent, which nothing else the broker writes fsyncs)."""
+    missing: list[Path] = []
+    for path in (directory, *directory.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in reversed(missing):
+        fsync_dir(path.parent)
 
 
 def write_atomically(path: Path, data: bytes | str) -> None:

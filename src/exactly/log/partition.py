@@ -19,6 +19,7 @@ from pathlib import Path
 
 import crc32c
 
+from exactly import failpoints
 from exactly.log.checked_reads import BadBatch, CorruptBatches, UncheckedBytes
 from exactly.log.config import LogConfig
 from exactly.log.errors import (
@@ -386,7 +387,8 @@ class PartitionLog:
                                 index_interval=self.config.index_interval_bytes, created_ms=now_ms)
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
-        fsync_dir(self.directory)
+        if not failpoints.skip("log.roll.fsync_dir"):  # a test's way to lose the new segment
+            fsync_dir(self.directory)
         log.debug("event=segment_rolled dir=%s base=%d", self.directory, seg.base_offset)
         return seg
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from exactly.groups import GroupCoordinator
 from exactly.log import LogManager
 from exactly.log.errors import CorruptRecordError
+from exactly.log.files import mkdir_durably
 from exactly.server import network
 from exactly.server.acl import make_authorizer
 from exactly.server.appends import AppendService
@@ -47,7 +48,7 @@ class Broker:
         self.log_dir = config.log_dir
         self._lock = DataDirLock(self.log_dir)
         try:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
+            mkdir_durably(self.log_dir)
             self._lock.acquire()  # before anything in the directory is read
         except OSError as exc:
             raise data_dir_error(self.log_dir, exc) from exc
