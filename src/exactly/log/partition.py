@@ -85,7 +85,6 @@ class PartitionLog:
         self.log_end_offset = 0
         self.high_watermark = 0
         self.flushed_offset = 0  # everything below is on disk (fsync)
-        self._dir_dirty = False
         self.cleaning = False  # the log cleaner works on it: retention waits (log/cleaner.py)
         self.closed = False  # closed or deleted: a clean in progress is dropped
         self.corrupt_batches = CorruptBatches()  # what reads found bad (checked_reads.py)
@@ -140,7 +139,6 @@ class PartitionLog:
         self._snapshot_offset = max(self.producer_state.snapshot_offsets(), default=-1)
         marker.unlink(missing_ok=True)
         fsync_dir(self.directory)  # the marker must be gone before anything new is written
-        self._dir_dirty = False
 
     @property
     def active_segment(self) -> LogSegment:
@@ -500,9 +498,6 @@ class PartitionLog:
         if target <= self.flushed_offset:
             return
         seg = self._segments[-1]
-        if self._dir_dirty:
-            self._dir_dirty = False
-            fsync_dir(self.directory)
         seg.sync()
         self.flushed_offset = max(self.flushed_offset, target)
 
