@@ -23,7 +23,8 @@ from tests.dualwrite.helpers import CONSUME_STEPS, PREFIX, RECOVERY_STEPS, STEPS
 ROOT = Path(__file__).resolve().parents[1]
 # The tests that fire the points with a real broker, Spark driver or dual-write application.
 FIRING_TESTS = ("tests/server/test_fault_points.py", "tests/server/test_markers_after_answer.py",
-                "tests/spark/test_stream_faults.py", "tests/server/test_cleaner_crash.py",
+                "tests/spark/test_stream_faults.py", "tests/spark/test_batch_eos.py",
+                "tests/server/test_cleaner_crash.py",
                 "tests/server/test_request_memory.py")
 SKIPPING_TESTS = ("tests/server/test_power_cut.py",)  # the tests that leave SKIPS' steps out
 DUALWRITE_TESTS = STEPS + RECOVERY_STEPS + CONSUME_STEPS  # tests/dualwrite's parametrized crashes

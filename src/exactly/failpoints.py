@@ -74,6 +74,11 @@ CATALOGUE: dict[str, str] = {
                                   "recorded yet",
     "spark.driver.after_decision": "the batch's decision is recorded, no participant completed",
     "spark.driver.mid_complete": "after each participant of the batch is committed",
+    # Exactly-once batch writes (spark/batch_sink.py); in a task `count` is its partition.
+    "spark.batch.task.write": "a batch write task's first attempt, after each Arrow batch of "
+                              "rows it sent",
+    "spark.batch.driver.after_decision": "the batch write job's decision is recorded, no "
+                                         "participant completed",
     # Dual write (dualwrite/writer.py), KIP-939's recipe (seed 000): each once the step is done.
     "dualwrite.1-begin-database-transaction": "the database transaction began",
     "dualwrite.2-begin-transaction": "the log transaction began",

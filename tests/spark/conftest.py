@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -35,3 +38,22 @@ def spark() -> Iterator[SparkSession]:
 def spark_broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker() as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def lean_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python with exactly's dependencies and pyarrow but not exactly: a virtualenv whose
+    site-packages names this interpreter's by a .pth line. Python does not read the .pth files
+    of a directory a .pth line adds, so the editable install's own .pth (the one that puts src/
+    on sys.path) is not run there."""
+    venv = tmp_path_factory.mktemp("lean-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    paths = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    (venv / "lib" / version / "site-packages" / "deps.pth").write_text("\n".join(paths) + "\n")
+    python = venv / "bin" / "python"
+    script = "import pyarrow, pyspark, kio, crc32c, cramjam; import exactly"
+    tried = subprocess.run([str(python), "-c", script], capture_output=True, text=True,
+                           check=False)
+    assert "No module named 'exactly'" in tried.stderr, tried.stderr
+    return python

@@ -7,12 +7,20 @@ Python, workers — a few times at random moments, and starts it again on its ch
 end it reads every output topic with read_committed and prints what came out against what went
 in: duplicates, missing records, wrong aggregates, transactions left open. It exits 1 if any of
 them is not zero.
+
+With --cluster N the pipeline runs on a Spark standalone cluster of N workers started on this
+machine (exactly.testing.SparkCluster; executors are JVMs of their own) and the kills take turns:
+the driver, one executor JVM, a whole worker with its executors (started again a few seconds
+later). With --master spark://HOST:PORT it runs on a cluster you already have: the `exactly`
+package is shipped with the job (exactly.spark.ship) and only the driver, a process of this
+machine, is killed.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import queue
@@ -42,6 +50,7 @@ from exactly.demo.pipeline import (
 from exactly.protocol.structs import TopicPartition
 from exactly.spark import open_transactions
 from exactly.testing import EmbeddedBroker
+from exactly.testing.spark_cluster import SparkCluster
 
 BAD_SHARE = 0.03
 
@@ -116,11 +125,12 @@ class Feeder(threading.Thread):
 class Driver:
     """The Spark driver process (python -m exactly.demo.pipeline) in a session of its own."""
 
-    def __init__(self, bootstrap: str, checkpoint: Path, delivery: str, trigger: float) -> None:
+    def __init__(self, bootstrap: str, checkpoint: Path, delivery: str, trigger: float,
+                 spark_args: list[str]) -> None:
         env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "exactly.demo.pipeline", bootstrap, str(checkpoint),
-             "--delivery", delivery, "--trigger-seconds", str(trigger)],
+             "--delivery", delivery, "--trigger-seconds", str(trigger), *spark_args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, env=env, start_new_session=True)
         self.batches: Counter[str] = Counter()
@@ -239,9 +249,70 @@ def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def spark_arguments(cluster: SparkCluster | None, master: str | None) -> list[str]:
+    """The pipeline's Spark arguments: a cluster of this machine, a given master, or local."""
+    if cluster is not None:
+        confs = {**cluster.driver_config(), "spark.task.maxFailures": "8"}
+        return ["--master", cluster.master_url,
+                *(arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}"))]
+    if master is not None:
+        return ["--master", master, "--ship", "--conf", "spark.task.maxFailures=8"]
+    return []
+
+
+class Killer:
+    """Takes turns at killing: the driver, then (on a cluster of this machine) an executor JVM,
+    then a whole worker, which comes back a few seconds later."""
+
+    def __init__(self, cluster: SparkCluster | None, rng: random.Random) -> None:
+        self.cluster, self.rng = cluster, rng
+        self.kinds = ["driver", "executor", "worker"] if cluster is not None else ["driver"]
+        self.done: Counter[str] = Counter()
+        self.worker_down: tuple[int, float] | None = None  # (index, when to start it again)
+
+    @property
+    def total(self) -> int:
+        return sum(self.done.values())
+
+    def next_kind(self) -> str:
+        return self.kinds[self.total % len(self.kinds)]
+
+    def kill_executor(self) -> str:
+        assert self.cluster is not None
+        pids = self.cluster.executor_pids()
+        if not pids:
+            return "no executor running: nothing killed"
+        pid = self.rng.choice(pids)
+        self.cluster.kill_executor(pid)
+        self.done["executor"] += 1
+        return f"kill -9 of executor JVM {pid}; its tasks run again elsewhere"
+
+    def kill_worker(self) -> str:
+        assert self.cluster is not None
+        index = self.rng.randrange(len(self.cluster.workers))
+        self.cluster.kill_worker(index)
+        self.worker_down = (index, time.monotonic() + 5)
+        self.done["worker"] += 1
+        return f"kill -9 of worker {index} with its executors; it comes back in 5 s"
+
+    def revive(self) -> str | None:
+        if self.cluster is None or self.worker_down is None or \
+                self.worker_down[1] > time.monotonic():
+            return None
+        index, _ = self.worker_down
+        self.worker_down = None
+        self.cluster.restart_worker(index)
+        return f"worker {index} started again"
+
+    def summary(self) -> str:
+        return "   ".join(f"{kind} kills: {self.done[kind]}" for kind in self.kinds)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="exactly demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--crashes", type=int, default=3, help="driver kills (default 3)")
+    parser.add_argument("--crashes", type=int, default=3,
+                        help="kills: of the driver, and on --cluster by turns of the driver, an "
+                             "executor and a worker (default 3)")
     parser.add_argument("--seconds", type=float, default=60,
                         help="how long events are fed (default 60)")
     parser.add_argument("--rate", type=float, default=200,
@@ -253,81 +324,117 @@ def main(argv: list[str] | None = None) -> int:
                         help="the sinks' deliveryGuarantee (default exactly-once)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of the events and of the kill times (default: random, printed)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--cluster", type=int, default=None, metavar="N",
+                       help="run Spark as a standalone cluster of N workers (1 core each) on "
+                            "this machine (default: local[2] in the driver)")
+    where.add_argument("--master", default=None, metavar="spark://HOST:PORT",
+                       help="run on a Spark cluster you already have (it must reach this "
+                            "machine's broker and driver)")
     args = parser.parse_args(argv)
+    if args.cluster is not None and args.cluster < 1:
+        parser.error("--cluster needs at least 1 worker")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="exactly-demo-"))
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if args.cluster is not None:
+            say(f"starting a Spark cluster: a master and {args.cluster} workers of 1 core")
+            cluster = stack.enter_context(SparkCluster(args.cluster, work_dir=work / "spark"))
+            say(f"Spark master at {cluster.master_url}")
+        broker = stack.enter_context(EmbeddedBroker(data_dir=work / "broker"))
+        return run(args, seed, work, broker.bootstrap, cluster)
+    return 1  # not reached: the block returns
+
+
+def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
+        cluster: SparkCluster | None) -> int:
+    rng = random.Random(seed)
     started = time.monotonic()
-    with EmbeddedBroker(data_dir=work / "broker") as broker:
-        bootstrap = broker.bootstrap
-        say(f"broker on {bootstrap}, data and checkpoints in {work} (seed {seed})")
-        with Admin({"bootstrap.servers": bootstrap}) as admin:
-            admin.create_topics([NewTopic(IN_TOPIC, 4)] + [NewTopic(t, 2) for t in OUTPUT_TOPICS])
-        feeder = Feeder(bootstrap, args.rate, args.seconds, seed)
-        feeder.start()
-        say(f"feeding {IN_TOPIC!r}: {args.rate:.0f} order events/s for {args.seconds:.0f} s, "
-            f"~{BAD_SHARE:.0%} malformed; pipeline {args.delivery}, "
-            f"{args.trigger_seconds:g} s triggers, {args.crashes} driver kills")
-        driver = Driver(bootstrap, work / "checkpoints", args.delivery, args.trigger_seconds)
-        kills, last, kill_at = 0, time.monotonic(), None
-        batches, batch_ms = 0, 0
+    spark_args = spark_arguments(cluster, args.master)
+    say(f"broker on {bootstrap}, data and checkpoints in {work} (seed {seed})")
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(IN_TOPIC, 4)] + [NewTopic(t, 2) for t in OUTPUT_TOPICS])
+    feeder = Feeder(bootstrap, args.rate, args.seconds, seed)
+    feeder.start()
+    killer = Killer(cluster, rng)
+    say(f"feeding {IN_TOPIC!r}: {args.rate:.0f} order events/s for {args.seconds:.0f} s, "
+        f"~{BAD_SHARE:.0%} malformed; pipeline {args.delivery}, "
+        f"{args.trigger_seconds:g} s triggers, {args.crashes} kills "
+        f"({', '.join(killer.kinds)})")
 
-        def status() -> str:
-            b = driver.batches
-            return (f"fed {feeder.count} events; this driver run: {b['orders']} orders batches, "
-                    f"{b['stats']} stats batches; kills {kills}/{args.crashes}")
+    def new_driver() -> Driver:
+        return Driver(bootstrap, work / "checkpoints", args.delivery, args.trigger_seconds,
+                      spark_args)
 
-        # Kill the driver at random moments, each time once the new run is processing batches.
-        while kills < args.crashes or feeder.is_alive():
-            time.sleep(0.25)
-            if kills < args.crashes and kill_at is None and driver.batches["orders"] >= 1:
-                kill_at = time.monotonic() + rng.uniform(0.5, 4)
-            if kill_at is not None and kill_at <= time.monotonic():
+    driver = new_driver()
+    last, kill_at = time.monotonic(), None
+    batches, batch_ms = 0, 0
+
+    def status() -> str:
+        b = driver.batches
+        return (f"fed {feeder.count} events; this driver run: {b['orders']} orders batches, "
+                f"{b['stats']} stats batches; kills {killer.total}/{args.crashes}")
+
+    # Kill at random moments, each time once the current driver run is processing batches.
+    while killer.total < args.crashes or feeder.is_alive() or killer.worker_down:
+        time.sleep(0.25)
+        if (revived := killer.revive()) is not None:
+            say(revived)
+        if killer.total < args.crashes and kill_at is None and driver.batches["orders"] >= 1:
+            kill_at = time.monotonic() + rng.uniform(0.5, 4)
+        if kill_at is not None and kill_at <= time.monotonic():
+            kill_at = None
+            kind = killer.next_kind()
+            if kind == "driver":
                 driver.kill()
-                kills, kill_at = kills + 1, None
+                killer.done["driver"] += 1
                 batches += driver.batches["orders"]
                 batch_ms += driver.ms["orders"]
                 say(f"kill -9 of the Spark driver ({status()}); restarting it on its checkpoint")
-                driver = Driver(bootstrap, work / "checkpoints", args.delivery,
-                                args.trigger_seconds)
-            elif time.monotonic() - last > 5:
-                last = time.monotonic()
-                say(status())
-            if driver.proc.poll() is not None:
-                break
-        feeder.join()
-        target = input_end(bootstrap)
-        say(f"feeding done: {feeder.fed.total} events; waiting for the pipeline to catch up")
-        want_windows = len(expected_stats(feeder.fed))
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            time.sleep(1)
-            if not driver.errors.empty() or driver.proc.poll() is not None:
-                break
-            done = driver.progress.get("orders", {}).get("end")
-            if done is not None and (json.loads(done) if isinstance(done, str) else done) \
-                    == target and len(read_committed(bootstrap, STATS_TOPIC)) >= want_windows:
-                break
-        code = driver.stop() if driver.proc.poll() is None else driver.proc.returncode
-        if not driver.errors.empty():
-            say(f"the pipeline failed: {driver.errors.get()}")
-        elapsed = time.monotonic() - started
-        rows, open_txns = verify(bootstrap, feeder.fed)
-        print()
-        print(table(rows, ("output (read_committed)", "expected", "records", "duplicates",
-                           "missing", "wrong")))
-        print(f"\ninput records: {feeder.fed.total}   driver kills: {kills}   "
-              f"open transactions of the queries: {open_txns}   driver exit: {code}")
-        batches += driver.batches["orders"]
-        batch_ms += driver.ms["orders"]
-        print(f"throughput: the orders query took {batch_ms / 1000:.1f} s of batch time in "
-              f"{batches} batches for {feeder.fed.total} events: "
-              f"{feeder.fed.total * 1000 / max(1, batch_ms):.0f} events/s "
-              f"(fed at {args.rate:.0f}/s; {elapsed:.0f} s in all, driver restarts included)")
-        ok = open_txns == 0 and code == 0 and all(r[3] == r[4] == r[5] == 0 for r in rows)
-        say("verified: every event exactly once, no transaction left open" if ok
-            else "VERIFICATION FAILED")
-        return 0 if ok else 1
+                driver = new_driver()
+            elif kind == "executor":
+                say(killer.kill_executor())
+            elif killer.worker_down is None:
+                say(killer.kill_worker())
+        elif time.monotonic() - last > 5:
+            last = time.monotonic()
+            say(status())
+        if driver.proc.poll() is not None:
+            break
+    feeder.join()
+    target = input_end(bootstrap)
+    say(f"feeding done: {feeder.fed.total} events; waiting for the pipeline to catch up")
+    want_windows = len(expected_stats(feeder.fed))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        if not driver.errors.empty() or driver.proc.poll() is not None:
+            break
+        done = driver.progress.get("orders", {}).get("end")
+        if done is not None and (json.loads(done) if isinstance(done, str) else done) \
+                == target and len(read_committed(bootstrap, STATS_TOPIC)) >= want_windows:
+            break
+    code = driver.stop() if driver.proc.poll() is None else driver.proc.returncode
+    if not driver.errors.empty():
+        say(f"the pipeline failed: {driver.errors.get()}")
+    elapsed = time.monotonic() - started
+    rows, open_txns = verify(bootstrap, feeder.fed)
+    print()
+    print(table(rows, ("output (read_committed)", "expected", "records", "duplicates",
+                       "missing", "wrong")))
+    print(f"\ninput records: {feeder.fed.total}   {killer.summary()}   "
+          f"open transactions of the queries: {open_txns}   driver exit: {code}")
+    batches += driver.batches["orders"]
+    batch_ms += driver.ms["orders"]
+    print(f"throughput: the orders query took {batch_ms / 1000:.1f} s of batch time in "
+          f"{batches} batches for {feeder.fed.total} events: "
+          f"{feeder.fed.total * 1000 / max(1, batch_ms):.0f} events/s "
+          f"(fed at {args.rate:.0f}/s; {elapsed:.0f} s in all, driver restarts included)")
+    ok = open_txns == 0 and code == 0 and all(r[3] == r[4] == r[5] == 0 for r in rows)
+    say("verified: every event exactly once, no transaction left open" if ok
+        else "VERIFICATION FAILED")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

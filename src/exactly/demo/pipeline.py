@@ -12,6 +12,10 @@ Both sinks are exactly-once (deliveryGuarantee, default) or at-least-once. Run a
 
     python -m exactly.demo.pipeline BOOTSTRAP CHECKPOINT_DIR [--delivery at-least-once]
                                     [--trigger-seconds 2] [--max-offsets N]
+                                    [--master spark://HOST:PORT] [--conf KEY=VALUE ...] [--ship]
+
+With --ship the `exactly` package is shipped to the executors with the job (exactly.spark.ship),
+for executors whose Python does not have it installed.
 
 It prints one JSON line per finished micro-batch and stops both queries, between batches,
 when "stop" arrives on stdin.
@@ -113,20 +117,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trigger-seconds", type=float, default=2.0)
     parser.add_argument("--max-offsets", type=int, default=None)
     parser.add_argument("--master", default="local[2,4]")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting (repeatable)")
+    parser.add_argument("--ship", action="store_true",
+                        help="ship the exactly package to the executors with the job")
     args = parser.parse_args(argv)
+    confs = dict(item.split("=", 1) for item in args.conf)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from exactly.spark import register
+    from exactly.spark import register, ship
 
     spark = (SparkSession.builder.master(args.master).appName("exactly-pipeline")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.session.timeZone", "UTC")
+             .config(map=confs)
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    if args.ship:
+        ship(spark)
     register(spark)
     queries = build(spark, args.bootstrap, args.checkpoint_dir, args.delivery,
                     args.trigger_seconds, args.max_offsets)

@@ -15,9 +15,9 @@ from typing import Literal
 
 from exactly.client import ClientConfig, ConfigError
 
-__all__ = ["AT_LEAST_ONCE", "DECISIONS_TOPIC", "EARLIEST", "EXACTLY_ONCE", "LATEST", "OffsetSpec",
-           "OptionError", "ReadOptions", "WriteOptions", "parse_read_options",
-           "parse_write_options"]
+__all__ = ["AT_LEAST_ONCE", "DECISIONS_TOPIC", "EARLIEST", "EXACTLY_ONCE", "KEEP_PREPARED",
+           "LATEST", "PRODUCER_ID", "OffsetSpec", "OptionError", "ReadOptions", "WriteOptions",
+           "parse_read_options", "parse_write_options"]
 
 EARLIEST = -2  # Spark's JSON offsets use -2 for earliest and -1 for latest
 LATEST = -1
@@ -45,6 +45,19 @@ EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"
 DECISIONS_TOPIC = "_exactly_spark_decisions"
 
+# Option transactionResume: how the driver commits the exactly-once sink's transactions, which
+# the tasks wrote and left open (exactly.spark.stream_sink; what the broker needs for each:
+# exactly.spark.capabilities).
+#   keep-prepared (default)  KIP-939 2PC: prepared transactions that never time out, finished
+#                            after a crash by InitProducerId(KeepPreparedTxn).
+#   producer-id              for brokers without KeepPreparedTxn (Apache Kafka up to 4.x):
+#                            ordinary transactions, committed by resuming their producer id and
+#                            epoch, as Flink's KafkaSink did before FLIP-319. A batch committed
+#                            later than kafka.transaction.timeout.ms after a task's first write
+#                            is lost (aborted by the broker); the default timeout is 900000 ms.
+KEEP_PREPARED = "keep-prepared"
+PRODUCER_ID = "producer-id"
+
 
 @dataclass(frozen=True)
 class WriteOptions:
@@ -54,6 +67,7 @@ class WriteOptions:
     query_name: str | None = None
     transactional_id_prefix: str | None = None
     decisions_topic: str = DECISIONS_TOPIC
+    transaction_resume: str = KEEP_PREPARED
 
     @property
     def prefix(self) -> str:
@@ -71,7 +85,8 @@ class WriteOptions:
 _SPARK_KEYS = {"queryname", "checkpointlocation", "path"}
 _SOURCE_KEYS = {"subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
                 "maxoffsetspertrigger"} | _SPARK_KEYS
-_SINK_KEYS = {"topic", "deliveryguarantee", "transactionalidprefix", "decisionstopic"} | _SPARK_KEYS
+_SINK_KEYS = {"topic", "deliveryguarantee", "transactionalidprefix", "decisionstopic",
+              "transactionresume"} | _SPARK_KEYS
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -190,15 +205,28 @@ def _positive(opts: dict[str, str], key: str) -> int | None:
     return value
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+def parse_write_options(options: Mapping[str, str], *, batch: bool = False) -> WriteOptions:
+    """Options of a write; deliveryGuarantee defaults to exactly-once for a stream and, as in
+    Spark's own Kafka sink, to at-least-once for a `batch` write."""
     opts = _lower(options)
     client = _client_config(opts, _SINK_KEYS, {"enable.idempotence": "true", "acks": "all"})
     topic = opts.get("topic")
-    delivery = opts.get("deliveryguarantee", EXACTLY_ONCE).strip().lower()
+    delivery = opts.get("deliveryguarantee", AT_LEAST_ONCE if batch else EXACTLY_ONCE)
+    delivery = delivery.strip().lower()
     if delivery not in (EXACTLY_ONCE, AT_LEAST_ONCE):
         raise OptionError(f"bad value for option deliveryGuarantee: {opts['deliveryguarantee']!r}; "
                           f"use {EXACTLY_ONCE} or {AT_LEAST_ONCE}")
     return WriteOptions(client=client, topic=topic.strip() if topic else None, delivery=delivery,
                         query_name=opts.get("queryname") or None,
                         transactional_id_prefix=opts.get("transactionalidprefix") or None,
-                        decisions_topic=opts.get("decisionstopic") or DECISIONS_TOPIC)
+                        decisions_topic=opts.get("decisionstopic") or DECISIONS_TOPIC,
+                        transaction_resume=_transaction_resume(opts))
+
+
+def _transaction_resume(opts: dict[str, str]) -> str:
+    value = opts.get("transactionresume", KEEP_PREPARED).strip().lower()
+    if value not in (KEEP_PREPARED, PRODUCER_ID):
+        raise OptionError(f"bad value for option transactionResume: {opts['transactionresume']!r}; "
+                          f"use {KEEP_PREPARED} (KIP-939 two-phase commit, the default) or "
+                          f"{PRODUCER_ID} (for brokers without KeepPreparedTxn)")
+    return value

@@ -2,8 +2,10 @@
 reports success. Input columns as in Spark's Kafka sink: value (required), key, topic (or the
 option topic), partition, headers. Rows arrive as Arrow record batches (DataSourceArrowWriter).
 
-A plain batch write is at-least-once: a retried task writes its rows again. Exactly-once writes
-(one prepared 2PC transaction per task) are the streaming sink's business.
+BatchWriter is deliveryGuarantee=at-least-once, the default of batch writes (as in Spark's own
+Kafka sink): a retried task writes its rows again. deliveryGuarantee=exactly-once (one prepared
+KIP-939 transaction per task attempt, committed by the driver) is exactly.spark.batch_sink's;
+the streaming sink uses `send_rows` too.
 """
 
 from __future__ import annotations
