@@ -22,7 +22,7 @@ import pytest
 from exactly.client import Admin, Producer
 from exactly.demo.app import read_committed
 from exactly.spark import open_transactions
-from exactly.testing import EmbeddedBroker
+from exactly.testing import EmbeddedBroker, SparkConnectServer
 from exactly.testing.spark_cluster import SparkCluster
 from tests.support import create_topic
 
@@ -116,3 +116,18 @@ def test_spark_cluster(broker: EmbeddedBroker, lean_python: Path, tmp_path: Path
     assert read_all(broker.bootstrap, "orders-copy-on-cluster") == sent
     assert open_transactions({"bootstrap.servers": broker.bootstrap},
                              "exactly-spark-copy-orders-on-cluster") == []
+
+
+def test_spark_connect(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """From a Spark Connect client (this snippet's process) to a Connect server (the driver)."""
+    create_topic(broker.bootstrap, "orders-upper", partitions=1)
+    sent = feed_orders(broker.bootstrap)
+    with SparkConnectServer(work_dir=tmp_path / "connect") as server:
+        run_snippet("spark-connect", {"localhost:9092": broker.bootstrap,
+                                      "/tmp/checkpoints": str(tmp_path / "checkpoints"),
+                                      "sc://localhost:15002": server.remote}, tmp_path)
+    expected = Counter({(key, value.upper() if value else value): n
+                        for (key, value), n in sent.items()})
+    assert read_all(broker.bootstrap, "orders-upper") == expected
+    assert open_transactions({"bootstrap.servers": broker.bootstrap},
+                             "exactly-spark-orders-upper") == []

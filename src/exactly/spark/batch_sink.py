@@ -81,8 +81,7 @@ from exactly.spark.options import (
     WriteOptions,
 )
 from exactly.spark.sink import send_rows
-from exactly.spark.stream_sink import TaskCommit
-from exactly.txn.state import TxnState
+from exactly.spark.stream_sink import FINISHED_STATES, TaskCommit
 
 __all__ = ["ExactlyOnceBatchWriter", "ExactlyOnceUnavailable", "Recovered", "batch_prefix",
            "check_two_phase_commit", "open_batch_transactions", "recover_batch_writes"]
@@ -144,12 +143,8 @@ def open_batch_transactions(client: Mapping[str, str], prefix: str, job: str | N
                          + r"-\d+-\d+")
     with Admin(client) as admin:
         listed = admin.list_transactions()
-    found = []
-    for txn in listed:
-        state = TxnState.from_display_name(txn.state)
-        if pattern.fullmatch(txn.transactional_id) and (state is None or state.is_open):
-            found.append(txn.transactional_id)
-    return sorted(found)
+    return sorted(t.transactional_id for t in listed
+                  if pattern.fullmatch(t.transactional_id) and t.state not in FINISHED_STATES)
 
 
 def _finish(client: Mapping[str, str], transactional_id: str, decided: str) -> bool | None:

@@ -98,7 +98,8 @@ __all__ = ["BatchOutputLost", "StreamWriter", "TaskCommit", "open_transactions"]
 
 log = logging.getLogger(__name__)
 
-_FINISHED = {"Empty", "CompleteCommit", "CompleteAbort", "Dead"}
+# states in which a transactional id holds no open transaction (ListTransactions names them)
+FINISHED_STATES = frozenset({"Empty", "CompleteCommit", "CompleteAbort", "Dead"})
 # producer-id mode's default transaction.timeout.ms: Kafka's default transaction.max.timeout.ms
 RESUME_TIMEOUT_MS = 900_000
 
@@ -127,7 +128,7 @@ def open_transactions(client: dict[str, str], prefix: str) -> list[str]:
     with Admin(client) as admin:
         listed = admin.list_transactions()
     return sorted(t.transactional_id for t in listed
-                  if pattern.fullmatch(t.transactional_id) and t.state not in _FINISHED)
+                  if pattern.fullmatch(t.transactional_id) and t.state not in FINISHED_STATES)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]

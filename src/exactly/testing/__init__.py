@@ -36,6 +36,8 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
 from exactly import failpoints
+from exactly.testing.spark_connect import SparkConnectServer as SparkConnectServer
+from exactly.testing.spark_connect import SparkConnectStartError as SparkConnectStartError
 
 if TYPE_CHECKING:
     from exactly.server.services import Services
