@@ -78,6 +78,9 @@ def _log_to_stderr(level: str | None) -> None:
     logger = logging.getLogger("exactly")
     if not level or any(getattr(h, "exactly_spark", False) for h in logger.handlers):
         return
+    if level.upper() not in logging.getLevelNamesMapping():
+        raise ValueError(f"{LOG_LEVEL_ENV}={level!r} is not a logging level; use DEBUG, INFO, "
+                         "WARNING or ERROR")
     handler = logging.StreamHandler(sys.stderr)
     handler.exactly_spark = True  # type: ignore[attr-defined]
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
