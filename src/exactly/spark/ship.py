@@ -16,6 +16,7 @@ not needed, and would only hide the packed copy's C decoder behind the zip's Pyt
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 import zipfile
@@ -30,10 +31,14 @@ _SKIPPED_SUFFIXES = {".pyc", ".so", ".c", ".pyd"}
 
 
 def package_zip(directory: str | Path | None = None) -> Path:
-    """Write `exactly.zip` (the package's Python files) into `directory` (a new temporary
-    directory if None); its path."""
+    """Write `exactly.zip` (the package's Python files) into `directory` (if None, a new
+    temporary directory, removed when this process exits: Spark serves the file from it while
+    the job runs); its path."""
     root = Path(exactly.__file__).resolve().parent
-    target = Path(directory or tempfile.mkdtemp(prefix="exactly-ship-")) / "exactly.zip"
+    if directory is None:
+        directory = tempfile.mkdtemp(prefix="exactly-ship-")
+        atexit.register(shutil.rmtree, directory, True)
+    target = Path(directory) / "exactly.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(root.rglob("*")):
             if (path.is_file() and path.suffix not in _SKIPPED_SUFFIXES
