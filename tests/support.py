@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -84,3 +89,31 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
                 for p in range(partitions)]
     finally:
         consumer.close()
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SNIPPET = re.compile(r"<!-- snippet: (?P<name>[\w-]+) -->\n```python\n(?P<code>.*?)```", re.DOTALL)
+
+
+def readme_snippets() -> dict[str, str]:
+    """The README's Python blocks that follow a `<!-- snippet: NAME -->` line, by name."""
+    return {m["name"]: m["code"] for m in SNIPPET.finditer(README.read_text())}
+
+
+def run_snippet(name: str, replacements: dict[str, str], tmp_path: Path,
+                timeout: float = 600, env: dict[str, str] | None = None) -> str:
+    """Run the README's snippet `name` as a program of its own (a fresh process, as a user would
+    run it), with the `replacements` made (each must occur: e.g. localhost:9092 -> a test
+    broker); its stdout. Fails the test with its output if it exits non-zero."""
+    code = readme_snippets()[name]
+    for old, new in replacements.items():
+        assert old in code, f"snippet {name} no longer contains {old!r}"
+        code = code.replace(old, new)
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "EXACTLY_FAILPOINTS")}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                          env={**environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"snippet {name} failed:\n{proc.stdout[-3000:]}\n" \
+                                 f"{proc.stderr[-6000:]}"
+    return proc.stdout

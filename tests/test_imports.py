@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "log": {"protocol"},
     "txn": {"protocol", "log"},
     "groups": {"protocol", "log"},
-    "server": {"protocol", "log", "txn", "groups"},
+    "share": {"protocol", "log"},  # KIP-932 share groups: beside txn and groups
+    "server": {"protocol", "log", "txn", "groups", "share"},
     "client": {"protocol"},
     "dualwrite": {"protocol", "client"},
     "spark": {"protocol", "client"},

@@ -103,6 +103,25 @@ def test_configs_round_trip(admin, peer):
         admin.alter_topic_configs("adm-cfg", set={"no.such.config": "1"})
 
 
+def test_group_configs_round_trip(admin, peer):
+    """Group configs (resource type GROUP): a share group's, as Kafka's tools set them."""
+    admin.alter_group_configs("adm-share", set={"share.auto.offset.reset": "earliest",
+                                                "share.delivery.count.limit": "3"})
+    configs = admin.describe_group_configs("adm-share")
+    assert configs["share.auto.offset.reset"].value == "earliest"
+    assert configs["share.delivery.count.limit"].value == "3"
+
+    resource = ConfigResource("group", "adm-share")
+    theirs = peer.describe_configs([resource])[resource].result(timeout=10)
+    assert theirs["share.auto.offset.reset"].value == "earliest"
+
+    admin.alter_group_configs("adm-share", delete=["share.delivery.count.limit"])
+    assert admin.describe_group_configs("adm-share")["share.delivery.count.limit"].value != "3"
+    with pytest.raises(AdminError) as caught:  # the broker's bounds: 2..10 by default
+        admin.alter_group_configs("adm-share", set={"share.delivery.count.limit": "1000"})
+    assert caught.value.name == "INVALID_CONFIG"
+
+
 def test_delete_topics(admin, peer):
     admin.create_topics([NewTopic("adm-del", 2)])
     assert peer_topic(peer, "adm-del") is not None

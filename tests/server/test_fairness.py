@@ -26,6 +26,8 @@ import pytest
 from exactly.testing.flood import canary_latencies, flood_frame, p99, under_flood
 from tests.support import create_topic, produce_confluent
 
+pytestmark = pytest.mark.serial  # measures the broker: run alone (see tests/conftest.py)
+
 
 @pytest.mark.parametrize("flood", ["metadata", "fetch", "produce"])
 def test_a_flood_does_not_starve_a_producer(broker_factory, flood: str) -> None:

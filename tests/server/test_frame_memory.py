@@ -11,12 +11,15 @@ import struct
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from exactly.protocol.apis import ApiKey, build, request_class
 from exactly.protocol.framing import RequestHeader, encode_request
 from exactly.testing import EmbeddedBroker
 from tests.support import create_topic
+
+pytestmark = pytest.mark.serial  # measures the broker: run alone (see tests/conftest.py)
 
 CLAIMED = 100 * 1024 * 1024 - 1  # just under socket.request.max.bytes (100 MiB)
 CONNECTIONS = 1000

@@ -24,6 +24,8 @@ from exactly.server.config import BrokerConfig, ConfigError
 from exactly.testing import EmbeddedBroker
 from tests.support import create_topic, end_offsets
 
+pytestmark = pytest.mark.serial  # measures the broker: run alone (see tests/conftest.py)
+
 CONNECTIONS = 20
 REQUESTS = 12  # per connection: under the 16 MiB a connection may hold on its own
 RECORDS = 15  # of 64 KiB per request: just under max.message.bytes (1 MiB)

@@ -9,10 +9,6 @@ snippet wrote, read back with read_committed.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,31 +20,9 @@ from exactly.demo.app import read_committed
 from exactly.spark import open_transactions
 from exactly.testing import EmbeddedBroker, SparkConnectServer
 from exactly.testing.spark_cluster import SparkCluster
-from tests.support import create_topic
+from tests.support import create_topic, readme_snippets, run_snippet
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 FINISHED = {"Empty", "CompleteCommit", "CompleteAbort", "Dead"}
-SNIPPET = re.compile(r"<!-- snippet: (?P<name>[\w-]+) -->\n```python\n(?P<code>.*?)```", re.DOTALL)
-
-
-def snippets() -> dict[str, str]:
-    return {m["name"]: m["code"] for m in SNIPPET.finditer(README.read_text())}
-
-
-def run_snippet(name: str, replacements: dict[str, str], tmp_path: Path,
-                timeout: float = 600, env: dict[str, str] | None = None) -> str:
-    code = snippets()[name]
-    for old, new in replacements.items():
-        assert old in code, f"snippet {name} no longer contains {old!r}"
-        code = code.replace(old, new)
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "EXACTLY_FAILPOINTS")}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
-                          env={**environ, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, f"snippet {name} failed:\n{proc.stdout[-3000:]}\n" \
-                                 f"{proc.stderr[-6000:]}"
-    return proc.stdout
 
 
 def read_all(bootstrap: str, topic: str) -> Counter[tuple[bytes | None, bytes | None]]:
@@ -74,11 +48,12 @@ def broker() -> Iterator[EmbeddedBroker]:
         yield b
 
 
-def test_every_marked_snippet_is_tested() -> None:
+def test_every_spark_snippet_is_tested() -> None:
     tested = {name.removeprefix("test_").replace("_", "-") for name in globals()
-              if name.startswith("test_") and name != "test_every_marked_snippet_is_tested"}
-    assert set(snippets()) <= tested, set(snippets()) - tested
-    assert "spark-stream" in snippets()
+              if name.startswith("test_spark_")}
+    spark = {name for name in readme_snippets() if name.startswith("spark-")}
+    assert spark <= tested, spark - tested
+    assert "spark-stream" in readme_snippets()
 
 
 def test_spark_stream(broker: EmbeddedBroker, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Exactly's Kafka client: TransactionSession, Producer, Consumer, Admin.
+"""Exactly's Kafka client: TransactionSession, Producer, Consumer, ShareConsumer, Admin.
 
 These are the blocking classes; `exactly.client.aio` has the asyncio ones under the same names.
 The client depends on `exactly.protocol` only, so it works against any Kafka-protocol broker.
@@ -22,8 +22,16 @@ from exactly.client.prepared import PreparedTxnState
 from exactly.client.producer import Producer, RecordMetadata
 from exactly.client.session import ConsumerGroupMetadata, TransactionSession
 from exactly.client.session_state import State
+from exactly.client.share_consumer import (
+    AcknowledgeType,
+    ShareAcknowledgements,
+    ShareConsumer,
+    ShareGroupMetadata,
+    ShareRecord,
+)
 
 __all__ = [
+    "AcknowledgeType",
     "Admin",
     "AdminError",
     "AuthenticationError",
@@ -39,6 +47,10 @@ __all__ = [
     "Producer",
     "ProducerFencedError",
     "RecordMetadata",
+    "ShareAcknowledgements",
+    "ShareConsumer",
+    "ShareGroupMetadata",
+    "ShareRecord",
     "State",
     "TransactionAbortableError",
     "TransactionError",

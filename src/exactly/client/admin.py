@@ -27,7 +27,7 @@ from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.structs import TopicPartition
 
-_TOPIC_RESOURCE = 2
+_TOPIC_RESOURCE, _GROUP_RESOURCE = 2, 32  # ConfigResource types
 _SET, _DELETE = 0, 1
 _CONFIG_SOURCES = {1: "TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
                    4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
@@ -340,16 +340,24 @@ class AsyncAdmin:
         return out
 
     async def describe_configs(self, topic: str) -> dict[str, ConfigEntry]:
+        return await self._describe_configs(_TOPIC_RESOURCE, topic)
+
+    async def describe_group_configs(self, group_id: str) -> dict[str, ConfigEntry]:
+        """The group's configs (resource type GROUP, KIP-848/KIP-932), e.g. share groups'
+        `share.auto.offset.reset`."""
+        return await self._describe_configs(_GROUP_RESOURCE, group_id)
+
+    async def _describe_configs(self, resource_type: int, name: str) -> dict[str, ConfigEntry]:
         conn = await self.cluster.any_connection()
         module = request_module(conn, ApiKey.DESCRIBE_CONFIGS)
-        resource = build(module.DescribeConfigsResource, resource_type=_TOPIC_RESOURCE,
-                         resource_name=topic, configuration_keys=None)
+        resource = build(module.DescribeConfigsResource, resource_type=resource_type,
+                         resource_name=name, configuration_keys=None)
         response = await conn.send(make_request(conn, ApiKey.DESCRIBE_CONFIGS, resources=(resource,),
                                                 include_synonyms=False, include_documentation=False))
         (result,) = response.results
-        if (e := _item_error(f"describe configs of {topic!r}", result.error_code,
+        if (e := _item_error(f"describe configs of {name!r}", result.error_code,
                              result.error_message)) is not None:
-            _raise_failures({topic: e})
+            _raise_failures({name: e})
         return {c.name: ConfigEntry(c.name, c.value, _CONFIG_SOURCES.get(c.config_source, "UNKNOWN"),
                                     c.read_only, c.config_source == 5, c.is_sensitive)
                 for c in result.configs}
@@ -357,20 +365,30 @@ class AsyncAdmin:
     async def alter_topic_configs(self, topic: str, *, set: Mapping[str, str] | None = None,
                                   delete: Iterable[str] = (), validate_only: bool = False) -> None:
         """IncrementalAlterConfigs: set some keys, return others to their defaults."""
+        await self._alter_configs(_TOPIC_RESOURCE, topic, set, delete, validate_only)
+
+    async def alter_group_configs(self, group_id: str, *, set: Mapping[str, str] | None = None,
+                                  delete: Iterable[str] = (), validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs of a group (resource type GROUP), e.g.
+        set={"share.auto.offset.reset": "earliest"} for a share group."""
+        await self._alter_configs(_GROUP_RESOURCE, group_id, set, delete, validate_only)
+
+    async def _alter_configs(self, resource_type: int, name: str, set: Mapping[str, str] | None,
+                             delete: Iterable[str], validate_only: bool) -> None:
         conn = await self.cluster.any_connection()
         module = request_module(conn, ApiKey.INCREMENTAL_ALTER_CONFIGS)
         changes = [build(module.AlterableConfig, name=k, config_operation=_SET, value=str(v))
                    for k, v in (set or {}).items()]
         changes += [build(module.AlterableConfig, name=k, config_operation=_DELETE, value=None)
                     for k in delete]
-        resource = build(module.AlterConfigsResource, resource_type=_TOPIC_RESOURCE,
-                         resource_name=topic, configs=tuple(changes))
+        resource = build(module.AlterConfigsResource, resource_type=resource_type,
+                         resource_name=name, configs=tuple(changes))
         response = await conn.send(make_request(conn, ApiKey.INCREMENTAL_ALTER_CONFIGS,
                                                 resources=(resource,), validate_only=validate_only))
         (result,) = response.responses
-        if (e := _item_error(f"alter configs of {topic!r}", result.error_code,
+        if (e := _item_error(f"alter configs of {name!r}", result.error_code,
                              result.error_message)) is not None:
-            _raise_failures({topic: e})
+            _raise_failures({name: e})
 
     async def describe_cluster(self) -> ClusterDescription:
         conn = await self.cluster.any_connection()
@@ -700,6 +718,14 @@ class Admin:
     def alter_topic_configs(self, topic: str, *, set: Mapping[str, str] | None = None,
                             delete: Iterable[str] = (), validate_only: bool = False) -> None:
         self._loop.run(self._admin.alter_topic_configs(topic, set=set, delete=list(delete),
+                                                       validate_only=validate_only))
+
+    def describe_group_configs(self, group_id: str) -> dict[str, ConfigEntry]:
+        return self._loop.run(self._admin.describe_group_configs(group_id))
+
+    def alter_group_configs(self, group_id: str, *, set: Mapping[str, str] | None = None,
+                            delete: Iterable[str] = (), validate_only: bool = False) -> None:
+        self._loop.run(self._admin.alter_group_configs(group_id, set=set, delete=list(delete),
                                                        validate_only=validate_only))
 
     def describe_cluster(self) -> ClusterDescription:

@@ -91,6 +91,9 @@ _KEYS: dict[str, _Key] = {
     "transactional.id": _Key(_optional_str, None),
     "transaction.timeout.ms": _Key(_int(1), 60_000),
     "transaction.two.phase.commit.enable": _Key(_bool, False),
+    # KIP-1309 (TransactionSession): 0 / -1 leave heartbeats off; see session_state.heartbeat_timing
+    "transaction.heartbeat.interval.ms": _Key(_int(0), 0),
+    "transaction.session.timeout.ms": _Key(_int(-1), -1),
     # consumer
     "group.id": _Key(_optional_str, None),
     "group.instance.id": _Key(_optional_str, None),
@@ -107,6 +110,8 @@ _KEYS: dict[str, _Key] = {
     "fetch.max.wait.ms": _Key(_int(0), 500),
     "max.partition.fetch.bytes": _Key(_int(1), 1_048_576),
     "partition.assignment.strategy": _Key(_choice("range", "roundrobin"), "range"),
+    # share consumer (KIP-932): implicit accepts what was delivered on the next poll
+    "share.acknowledgement.mode": _Key(_choice("implicit", "explicit"), "implicit"),
     # security: TLS and SASL (librdkafka's key names; Java's truststore name is accepted too)
     "security.protocol": _Key(_choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
                               "PLAINTEXT"),

@@ -14,6 +14,23 @@ are added by the broker when a Produce v12 reaches them, and each EndTxn bumps t
 session adopts the producer id and epoch it returns). Otherwise the version-1 protocol is used:
 AddPartitionsToTxn (v0-v3) before the first write to a partition, AddOffsetsToTxn before
 TxnOffsetCommit (v0-v4), EndTxn v0-v4 without a bump.
+
+Heartbeats (KIP-1309, a draft): with `transaction.heartbeat.interval.ms` or
+`transaction.session.timeout.ms` set, `initialize` announces the session timeout (InitProducerId
+v7) and a heartbeat task sends TxnHeartbeat every interval while a transaction is open (from
+begin_transaction, or resume, to commit/abort/prepare/close). The task runs on the session's
+event loop: for the blocking session that is the client's loop thread, so the caller's thread
+may compute for as long as it likes; a process that dies or freezes stops heartbeating and the
+coordinator aborts its transaction after the session timeout (3 x the interval), long before
+`transaction.timeout.ms`. A broker without TxnHeartbeat gets no heartbeats (a debug log says
+so) and `heartbeat()` checks the identity with DescribeTransactions instead.
+
+Share acknowledgements (KIP-1289, a draft): `add_share_acks_to_transaction` stages a share
+consumer's acknowledgements in the open transaction (AddOffsetsToTxn with the group's id, then
+TxnShareAcknowledge to each share-partition's leader; see
+exactly.protocol.drafts.txn_share_acknowledge): the commit accepts (or rejects) the records, an
+abort releases them for redelivery. A broker without TxnShareAcknowledge gets
+UnsupportedVersionError naming KIP-1289, before anything is sent.
 """
 
 from __future__ import annotations
@@ -56,8 +73,11 @@ from exactly.client.session_state import (
     classify,
     error_for,
     first_error,
+    heartbeat_timing,
 )
-from exactly.protocol.apis import ApiKey, build
+from exactly.client.share_consumer import ShareAcknowledgements, ack_batches
+from exactly.protocol.apis import ApiKey, build, request_class
+from exactly.protocol.drafts import txn_share_acknowledge as _tsa
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.structs import TopicPartition
 
@@ -71,6 +91,8 @@ Offsets = Mapping[tuple[str, int], int | tuple[int, str | None]]  # (topic, part
 _MAX_EPOCH = 32767
 _IDLE = ("Empty", "CompleteCommit", "CompleteAbort")
 _FENCED_CODES = (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch)
+# The states in which a transaction is open and the heartbeat task runs.
+_HEARTBEAT_STATES = frozenset({State.IN_TRANSACTION, State.ABORTABLE_ERROR})
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,18 +133,28 @@ class AsyncTransactionSession:
         self._prepared = PreparedTxnState()   # the prepared transaction's identity, once known
         self._partitions: set[TopicPartition] = set()
         self._offset_groups: set[str] = set()
+        # KIP-1289: group -> partition -> offsets this transaction acknowledges
+        self._share_acks: dict[str, dict[TopicPartition, set[int]]] = {}
         self._started = False                 # the coordinator has something of this transaction
         self._resumed = False
         self._recovered = False               # initialize(keep_prepared_txn=True), nothing prepared
         self._tv2: bool | None = None
         self._producers: list[_Flushable] = []
         self._lock = asyncio.Lock()
+        self._heartbeat_ms, self._session_ms = heartbeat_timing(
+            self.config["transaction.heartbeat.interval.ms"],
+            self.config["transaction.session.timeout.ms"])
+        self._heartbeats_offered: bool | None = None  # the coordinator takes TxnHeartbeat
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._resume_task: asyncio.Future[None] | None = None
 
     @classmethod
     def resume(cls, transactional_id: str, producer_id: int, producer_epoch: int,
                config: ClientConfig | Mapping[str, Any]) -> AsyncTransactionSession:
         """A session IN_TRANSACTION with the given identity, for a transaction another process
-        began or prepared: it can commit, abort or complete it. Sends nothing until then."""
+        began or prepared: it can commit, abort or complete it. Sends nothing until then, unless
+        heartbeats are configured: it then looks up the coordinator and heartbeats the open
+        transaction (KIP-1309) until it ends."""
         if producer_id < 0 or not 0 <= producer_epoch <= _MAX_EPOCH:
             raise ValueError(f"cannot resume producer id {producer_id} epoch {producer_epoch}: "
                              f"need a producer id >= 0 and an epoch in 0..{_MAX_EPOCH}")
@@ -130,6 +162,13 @@ class AsyncTransactionSession:
         session._producer_id, session._epoch = producer_id, producer_epoch
         session._machine.state = State.IN_TRANSACTION
         session._started = session._resumed = True
+        if session._heartbeat_ms:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass  # no loop here: the blocking TransactionSession.resume starts them itself
+            else:
+                session._resume_task = asyncio.ensure_future(session._resume_heartbeats())
         return session
 
     # -- identity -------------------------------------------------------------------------------
@@ -158,6 +197,22 @@ class AsyncTransactionSession:
         return self._prepared
 
     @property
+    def heartbeat_interval_ms(self) -> int:
+        """KIP-1309: the time between heartbeats, 0 when they are off."""
+        return self._heartbeat_ms
+
+    @property
+    def session_timeout_ms(self) -> int:
+        """KIP-1309: after this long without a heartbeat the coordinator aborts the open
+        transaction; -1 when heartbeats are off."""
+        return self._session_ms
+
+    @property
+    def heartbeating(self) -> bool:
+        """A heartbeat task is running (a transaction is open and the broker takes them)."""
+        return self._heartbeat_task is not None and not self._heartbeat_task.done()
+
+    @property
     def uses_transaction_v2(self) -> bool:
         """Produce with v12 and let the broker add partitions. Known once the coordinator was
         reached: after initialize(), or after the first ensure_partitions() of a resumed session."""
@@ -182,10 +237,19 @@ class AsyncTransactionSession:
                         f"v{conn.broker_max_version(ApiKey.INIT_PRODUCER_ID)}")
             self._machine.start("initialize")
             timeout = datetime.timedelta(milliseconds=self.config["transaction.timeout.ms"])
-            response = await self._call("InitProducerId", lambda conn: make_request(
-                conn, ApiKey.INIT_PRODUCER_ID, transactional_id=self._txn_id,
-                transaction_timeout=timeout, producer_id=-1, producer_epoch=-1,
-                enable2_pc=two_pc, keep_prepared_txn=keep_prepared_txn))
+            fields: dict[str, Any] = {
+                "transactional_id": self._txn_id, "transaction_timeout": timeout,
+                "producer_id": -1, "producer_epoch": -1, "enable2_pc": two_pc,
+                "keep_prepared_txn": keep_prepared_txn}
+            if self._heartbeat_ms and await self._offers_heartbeats():
+                # KIP-1309's draft v7, only for a session that asked for heartbeats: beyond
+                # the versions the client negotiates for everything else (client/versions.py).
+                announce = build(request_class(ApiKey.INIT_PRODUCER_ID, 7), **fields,
+                                 transaction_session_timeout_ms=self._session_ms)
+                response = await self._call("InitProducerId", lambda conn: announce)
+            else:
+                response = await self._call("InitProducerId", lambda conn: make_request(
+                    conn, ApiKey.INIT_PRODUCER_ID, **fields))
             self._producer_id, self._epoch = response.producer_id, response.producer_epoch
             self._reset_transaction()
             ongoing = PreparedTxnState.of(getattr(response, "ongoing_txn_producer_id", -1),
@@ -204,6 +268,8 @@ class AsyncTransactionSession:
         """Start a transaction (client-side: the coordinator learns of it with the first write)."""
         self._machine.start("begin_transaction")
         self._reset_transaction()
+        if self._heartbeat_ms and await self._offers_heartbeats():
+            self._start_heartbeats()
 
     async def add_partitions_to_transaction(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Make partitions part of the open transaction before writing to them (version 1:
@@ -256,6 +322,112 @@ class AsyncTransactionSession:
             self._started = True
             await self._txn_offset_commit(pending, group)
 
+    @property
+    def share_acknowledgements(self) -> dict[str, dict[TopicPartition, set[int]]]:
+        """The share records this transaction acknowledges (KIP-1289): group -> partition ->
+        offsets; settled when it ends."""
+        return {g: {tp: set(o) for tp, o in parts.items()} for g, parts in self._share_acks.items()}
+
+    async def add_share_acks_to_transaction(self, group_id: str,
+                                            acknowledgments: ShareAcknowledgements) -> None:
+        """KIP-1289 (a draft; seed 004 §2.1): a share consumer's acknowledgements join the open
+        transaction: applied if it commits, the records released for redelivery if it aborts.
+
+        AddOffsetsToTxn with the group's id first (once per group and transaction: how the
+        coordinator learns that the transaction holds the group's acknowledgements), then
+        TxnShareAcknowledge to each share-partition's leader, naming the member that holds the
+        records (`acknowledgments` comes from ShareConsumer.acknowledge_transactionally, or is
+        built with its group_metadata()). A broker without TxnShareAcknowledge gets
+        UnsupportedVersionError before anything is sent; the transaction is unchanged."""
+        call = "add_share_acks_to_transaction"
+        if acknowledgments.group.group_id != group_id:
+            raise ValueError(f"{call}: the acknowledgements are of group "
+                             f"{acknowledgments.group.group_id!r}, not {group_id!r}")
+        self._check_in_transaction(call)
+        async with self._lock:
+            self._check_in_transaction(call)
+            targets = await self._share_ack_targets(acknowledgments)
+            if self._tv2 is None:
+                await self._coordinator()
+            if group_id not in self._offset_groups:
+                await self._call("AddOffsetsToTxn", lambda conn: make_request(
+                    conn, ApiKey.ADD_OFFSETS_TO_TXN, transactional_id=self._txn_id,
+                    producer_id=self._producer_id, producer_epoch=self._epoch,
+                    group_id=group_id))
+                self._offset_groups.add(group_id)
+            self._started = True
+            for conn, acks in targets:
+                await self._txn_share_acknowledge(conn, acknowledgments, acks)
+                held = self._share_acks.setdefault(group_id, {})
+                for tp, by_offset in acks.items():
+                    held.setdefault(tp, set()).update(by_offset)
+
+    def _check_in_transaction(self, call: str) -> None:
+        if self._machine.closed or self.state is not State.IN_TRANSACTION:
+            raise self._machine.illegal(call)
+
+    async def _share_ack_targets(self, acknowledgments: ShareAcknowledgements
+                                 ) -> list[tuple[BrokerConnection, dict[TopicPartition, Any]]]:
+        """The leaders of the acknowledged partitions, each with its part; UnsupportedVersionError
+        if one of them does not offer TxnShareAcknowledge."""
+        by_node: dict[int, dict[TopicPartition, Any]] = {}
+        for tp, by_offset in acknowledgments.acks.items():
+            md = await self._cluster.topic(tp.topic, allow_auto_create=False)
+            by_node.setdefault(md.partitions.get(tp.partition, -1), {})[tp] = by_offset
+        out = []
+        for node_id, acks in by_node.items():
+            if node_id < 0:
+                raise KafkaError(f"add_share_acks_to_transaction: {sorted(acks)} have no leader; "
+                                 "retry", ErrorCode.leader_not_available)
+            conn = await self._cluster.connection(node_id)
+            if not conn.supports(ApiKey.TXN_SHARE_ACKNOWLEDGE):
+                raise UnsupportedVersionError(
+                    f"broker {conn.host}:{conn.port} does not offer TxnShareAcknowledge (KIP-1289, "
+                    "transactional acknowledgements for share groups): share acknowledgements "
+                    "cannot join a transaction there. Acknowledge with the share consumer's own "
+                    "commit instead (at least once), or use a broker that implements KIP-1289")
+            out.append((conn, acks))
+        return out
+
+    async def _txn_share_acknowledge(self, conn: BrokerConnection,
+                                     acknowledgments: ShareAcknowledgements,
+                                     acks: Mapping[TopicPartition, Mapping[int, int]]) -> None:
+        topic_ids = {tp.topic: (await self._cluster.topic(tp.topic)).topic_id for tp in acks}
+        by_topic: dict[str, list[Any]] = {}
+        for tp in sorted(acks):
+            by_topic.setdefault(tp.topic, []).append(build(
+                _tsa.TxnShareAcknowledgePartition, partition_index=tp.partition,
+                acknowledgement_batches=tuple(
+                    build(_tsa.TxnShareAcknowledgeBatch, first_offset=f, last_offset=last,
+                          acknowledge_types=types)
+                    for f, last, types in ack_batches(acks[tp]))))
+        group = acknowledgments.group
+        request = build(
+            _tsa.TxnShareAcknowledgeRequest, transactional_id=self._txn_id,
+            group_id=group.group_id, producer_id=self._producer_id, producer_epoch=self._epoch,
+            member_id=group.member_id, member_epoch=group.member_epoch,
+            topics=tuple(build(_tsa.TxnShareAcknowledgeTopic, topic_id=topic_ids[t],
+                               partitions=tuple(ps)) for t, ps in by_topic.items()))
+        response = await conn.send(request)
+        codes = [(None, response.error_code)] + [
+            (p.partition_index, p.error_code) for t in response.responses for p in t.partitions]
+        failed = [(p, c) for p, c in codes if c != ErrorCode.none]
+        if not failed:
+            return
+        partition, code = failed[0]
+        kind = classify(code, "TxnShareAcknowledge")
+        error: TransactionError
+        if kind in (Kind.FENCED, Kind.FATAL) and code in _FENCED_CODES:
+            error = error_for(code, "TxnShareAcknowledge", transactional_id=self._txn_id,
+                              producer_id=self._producer_id, epoch=self._epoch)
+        else:  # the member's records could not be staged: this transaction cannot commit them
+            error = TransactionAbortableError(
+                f"TxnShareAcknowledge for group {group.group_id!r}"
+                f"{'' if partition is None else f' partition {partition}'} refused: "
+                f"{error_name(code)}; abort the transaction (the records are redelivered)", code)
+        self._machine.fail(error)
+        raise error
+
     async def prepare_transaction(self) -> PreparedTxnState:
         """Flush the bound producers and hold the transaction PREPARED: only commit, abort or
         complete may follow. Client-side only, as KIP-939 has it (no RPC)."""
@@ -263,11 +435,15 @@ class AsyncTransactionSession:
         await self._flush("prepare_transaction")
         async with self._lock:
             self._machine.start("prepare_transaction")
+            # A prepared transaction waits for its decision: the coordinator keeps no session
+            # for a 2PC producer, and nothing may abort it for want of heartbeats.
+            await self._stop_heartbeats()
             self._prepared = PreparedTxnState.of(self._producer_id, self._epoch)
             if not self.config["transaction.two.phase.commit.enable"]:
                 log.warning("event=prepared_without_2pc transactional_id=%r state=%r note=%r",
                             self._txn_id, str(self._prepared), "the broker still aborts the "
-                            "transaction after transaction.timeout.ms")
+                            "transaction after transaction.timeout.ms (and, with heartbeats, "
+                            "after transaction.session.timeout.ms)")
             return self._prepared
 
     async def complete_transaction(self, state: PreparedTxnState) -> None:
@@ -296,6 +472,9 @@ class AsyncTransactionSession:
             await self._flush("commit_transaction")
         async with self._lock:
             self._machine.start("commit_transaction")
+            # Before EndTxn: with transaction version 2 it bumps the epoch, and a heartbeat
+            # still carrying the old one would be answered PRODUCER_FENCED.
+            await self._stop_heartbeats()
             await self._end(commit=True)
 
     async def abort_transaction(self) -> None:
@@ -306,17 +485,21 @@ class AsyncTransactionSession:
                 await self._flush_all()
         async with self._lock:
             self._machine.start("abort_transaction")
+            await self._stop_heartbeats()
             await self._end(commit=False)
 
     async def heartbeat(self) -> None:
-        """Check that the coordinator still knows this session's identity.
+        """Send one TxnHeartbeat now (KIP-1309): the open transaction's session deadline moves
+        on, and the coordinator's error is raised, ProducerFencedError when a newer session (or
+        an abort by the coordinator) fenced this one.
 
-        Kafka has no TxnHeartbeat RPC yet (KIP-1309), so this is DescribeTransactions for the
-        transactional id: a read, it keeps nothing alive. If the coordinator holds another
-        producer id or a newer epoch (a newer session, or the transaction timed out and was
-        aborted) the session is fenced: ProducerFencedError. A broker without
-        DescribeTransactions only gets its transaction coordinator looked up."""
+        A broker without TxnHeartbeat gets DescribeTransactions for the transactional id
+        instead: a read that keeps nothing alive but finds the same fencing. A broker without
+        DescribeTransactions either only gets its transaction coordinator looked up."""
         self._machine.check("heartbeat")
+        if await self._offers_heartbeats():
+            await self._send_heartbeat()
+            return
         async with self._lock:
             self._machine.check("heartbeat")
             found = await self._describe()
@@ -339,6 +522,9 @@ class AsyncTransactionSession:
         if self._machine.closed:
             return
         self._machine.closed = True
+        if self._resume_task is not None:
+            self._resume_task.cancel()
+        await self._stop_heartbeats()
         self._producers.clear()
         if self._owns_cluster:
             await self._cluster.close()
@@ -374,11 +560,74 @@ class AsyncTransactionSession:
                                               f"write failed ({exc}); abort the transaction", code)
         self._machine.fail(error)
 
+    # -- heartbeats (KIP-1309) ------------------------------------------------------------------
+
+    async def _offers_heartbeats(self) -> bool:
+        """Does the transaction coordinator take TxnHeartbeat and InitProducerId v7? Asked once;
+        a no is logged (debug) when heartbeats were configured."""
+        if self._heartbeats_offered is None:
+            conn = await self._coordinator()
+            self._heartbeats_offered = (conn.broker_max_version(ApiKey.TXN_HEARTBEAT) >= 0
+                                        and conn.broker_max_version(ApiKey.INIT_PRODUCER_ID) >= 7)
+            if not self._heartbeats_offered and self._heartbeat_ms:
+                log.debug("event=session_heartbeats_off transactional_id=%r broker=%s:%d "
+                          "reason=%r", self._txn_id, conn.host, conn.port,
+                          "the broker has no TxnHeartbeat (KIP-1309): an abandoned transaction "
+                          "is aborted at transaction.timeout.ms only")
+        return self._heartbeats_offered
+
+    async def _resume_heartbeats(self) -> None:
+        """A resumed session's transaction is open from the start: heartbeat it. The session
+        timeout is the one its first session announced (the coordinator keeps it)."""
+        if (self._heartbeat_ms and self.state in _HEARTBEAT_STATES
+                and await self._offers_heartbeats()):
+            self._start_heartbeats()
+
+    def _start_heartbeats(self) -> None:
+        if not self.heartbeating:
+            self._heartbeat_task = asyncio.create_task(self._heartbeat_loop())
+            log.debug("event=session_heartbeats_started transactional_id=%r interval_ms=%d "
+                      "session_timeout_ms=%d", self._txn_id, self._heartbeat_ms, self._session_ms)
+
+    async def _stop_heartbeats(self) -> None:
+        task, self._heartbeat_task = self._heartbeat_task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        log.debug("event=session_heartbeats_stopped transactional_id=%r", self._txn_id)
+
+    async def _heartbeat_loop(self) -> None:
+        """Every interval while the transaction is open: one TxnHeartbeat. A fenced or fatal
+        answer ends the loop (the session's next call raises it); a coordinator that does not
+        answer within request.timeout.ms is tried again at the next interval."""
+        while True:
+            await asyncio.sleep(self._heartbeat_ms / 1000)
+            if self._machine.closed or self.state not in _HEARTBEAT_STATES:
+                return
+            try:
+                await self._send_heartbeat()
+            except KafkaTimeoutError as exc:
+                log.warning("event=session_heartbeat_failed transactional_id=%r error=%r",
+                            self._txn_id, str(exc))
+            except KafkaError as exc:
+                log.warning("event=session_heartbeat_stopped transactional_id=%r error=%r",
+                            self._txn_id, str(exc))
+                return
+
+    async def _send_heartbeat(self) -> None:
+        # TxnHeartbeat v0 (a draft) is built as it is, not negotiated: see _offers_heartbeats.
+        await self._call("TxnHeartbeat", lambda conn: build(
+            request_class(ApiKey.TXN_HEARTBEAT, 0), transactional_id=self._txn_id,
+            producer_id=self._producer_id, producer_epoch=self._epoch))
+
     # -- internals ------------------------------------------------------------------------------
 
     def _reset_transaction(self) -> None:
         self._partitions.clear()
         self._offset_groups.clear()
+        self._share_acks = {}
         self._started = self._resumed = self._recovered = False
         self._prepared = PreparedTxnState()
 
@@ -574,8 +823,11 @@ class TransactionSession:
     @classmethod
     def resume(cls, transactional_id: str, producer_id: int, producer_epoch: int,
                config: ClientConfig | Mapping[str, Any]) -> TransactionSession:
-        return cls(config, _session=AsyncTransactionSession.resume(
+        session = cls(config, _session=AsyncTransactionSession.resume(
             transactional_id, producer_id, producer_epoch, config))
+        if session.aio.heartbeat_interval_ms:
+            session._run(session.aio._resume_heartbeats())
+        return session
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro)
@@ -604,6 +856,19 @@ class TransactionSession:
     def uses_transaction_v2(self) -> bool:
         return self.aio.uses_transaction_v2
 
+    @property
+    def heartbeat_interval_ms(self) -> int:
+        return self.aio.heartbeat_interval_ms
+
+    @property
+    def session_timeout_ms(self) -> int:
+        return self.aio.session_timeout_ms
+
+    @property
+    def heartbeating(self) -> bool:
+        """The heartbeat task is running on the client's loop thread."""
+        return self.aio.heartbeating
+
     def initialize(self, keep_prepared_txn: bool = False) -> None:
         self._run(self.aio.initialize(keep_prepared_txn))
 
@@ -616,6 +881,14 @@ class TransactionSession:
     def send_offsets_to_transaction(self, offsets: Offsets,
                                     group_metadata: ConsumerGroupMetadata | str | Any) -> None:
         self._run(self.aio.send_offsets_to_transaction(offsets, group_metadata))
+
+    def add_share_acks_to_transaction(self, group_id: str,
+                                      acknowledgments: ShareAcknowledgements) -> None:
+        self._run(self.aio.add_share_acks_to_transaction(group_id, acknowledgments))
+
+    @property
+    def share_acknowledgements(self) -> dict[str, dict[TopicPartition, set[int]]]:
+        return self.aio.share_acknowledgements
 
     def prepare_transaction(self) -> PreparedTxnState:
         return self._run(self.aio.prepare_transaction())

@@ -7,6 +7,9 @@ plain method calls, no sockets, no asyncio.
     IN_TRANSACTION | PREPARED --commit--> COMMITTING --> READY
     IN_TRANSACTION | PREPARED | ABORTABLE_ERROR --abort--> ABORTING --> READY
     any error that only an abort can clear --> ABORTABLE_ERROR; fenced or fatal --> FATAL_ERROR
+
+Heartbeats (KIP-1309) run while a transaction is open: from begin_transaction (or resume) to
+commit, abort or prepare, and on close. `heartbeat_timing` reads their two settings.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exactly.client.errors import (
+    ConfigError,
     IllegalStateError,
     KafkaError,
     ProducerFencedError,
@@ -150,6 +154,33 @@ class SessionStateMachine:
             self.state, self.last_error = State.FATAL_ERROR, error
 
 
+# -- heartbeats (KIP-1309) ------------------------------------------------------------------
+
+NO_SESSION = -1
+SESSION_PER_INTERVAL = 3  # KIP-1309: the coordinator aborts after 3 x the interval
+
+
+def heartbeat_timing(interval: int, session: int) -> tuple[int, int]:
+    """(heartbeat interval, session timeout) in ms from `transaction.heartbeat.interval.ms` (the
+    KIP's, 0: not set) and `transaction.session.timeout.ms` (seed 004's, -1: off); (0, -1) when
+    heartbeats are off. Either one alone sets the other (session = 3 x interval); both together
+    must have the interval below the session timeout, as Kafka's consumer asks of its own pair."""
+    if session == 0 or session < NO_SESSION:
+        raise ConfigError(f"transaction.session.timeout.ms={session}: use -1 to turn transaction "
+                          "heartbeats off, or a positive number of ms")
+    if interval < 0:
+        raise ConfigError(f"transaction.heartbeat.interval.ms={interval}: use 0 (not set) or a "
+                          "positive number of ms")
+    if session == NO_SESSION:
+        return (interval, SESSION_PER_INTERVAL * interval) if interval else (0, NO_SESSION)
+    if not interval:
+        return max(session // SESSION_PER_INTERVAL, 1), session
+    if interval >= session:
+        raise ConfigError(f"transaction.heartbeat.interval.ms={interval} must be lower than "
+                          f"transaction.session.timeout.ms={session} (a third of it is usual)")
+    return interval, session
+
+
 # -- coordinator error codes -----------------------------------------------------------------
 
 class Kind(enum.Enum):
@@ -203,7 +234,8 @@ _ADVICE: dict[int, str] = {
         "the coordinator does not map this producer id to the transactional id: the transaction "
         "was ended or taken over by another session",
     ErrorCode.invalid_transaction_timeout:
-        "transaction.timeout.ms is larger than the broker's transaction.max.timeout.ms",
+        "transaction.timeout.ms (or transaction.session.timeout.ms) is larger than the broker's "
+        "transaction.max.timeout.ms",
 }
 
 
@@ -214,9 +246,9 @@ def error_for(code: int, api: str, *, transactional_id: str, producer_id: int, e
     where = (f"transactional id {transactional_id!r} (producer id {producer_id}, epoch {epoch}): "
              f"{api} failed with {error_name(code)}")
     if kind is Kind.FENCED:
-        return ProducerFencedError(f"{where}; a newer session with the same transactional id "
-                                   "took over (or the coordinator aborted the transaction): "
-                                   "close this session", code)
+        return ProducerFencedError(f"{where}; this session is fenced: a newer session with the "
+                                   "same transactional id took over (or the coordinator aborted "
+                                   "the transaction): close this session", code)
     advice = _ADVICE.get(code)
     if resumed and code == ErrorCode.invalid_txn_state:
         advice = ("the transaction of this producer id and epoch was already ended with the "

@@ -40,4 +40,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # KIP-932 share groups: v1 is Kafka 4.1's (v0 was the early-access protocol)
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.TXN_SHARE_ACKNOWLEDGE: (0, 0),  # KIP-1289, a draft (exactly.protocol.drafts)
 }

@@ -2,7 +2,7 @@
 
 Using Kafka's layout (OffsetCommitKey/Value, GroupMetadataKey/Value from the Kafka source's
 `group-coordinator/src/main/resources/common/message/*.json`) means Kafka tools that decode this
-topic understand it. We write the newest non-flexible versions (offset key v1, offset value v3,
+topic understand it. The KIP-848 consumer-group records are in consumer_records.py. We write the newest non-flexible versions (offset key v1, offset value v3,
 group key v2, group value v3) and read every older non-flexible version. A value of None is a
 tombstone: the offset or the group was deleted.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from exactly.groups.consumer_records import CONSUMER_KEY_TYPES, ConsumerKey, decode_consumer_key
 from exactly.protocol.primitives import Reader, Writer
 
 OFFSET_KEY_VERSION = 1
@@ -96,7 +97,7 @@ class CodecError(ValueError):
     """A record of `__consumer_offsets` this coordinator cannot decode."""
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupKey:
+def decode_key(data: bytes) -> OffsetKey | GroupKey | ConsumerKey:
     r = Reader(data, error=CodecError)
     version = r.i16()
     if version in (0, 1):
@@ -104,6 +105,8 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
         return OffsetKey(group, topic, r.i32())
     if version == GROUP_KEY_VERSION:
         return GroupKey(r.string() or "")
+    if version in CONSUMER_KEY_TYPES:  # KIP-848 consumer groups (consumer_records.py)
+        return decode_consumer_key(version, r)
     raise CodecError(f"unknown __consumer_offsets key version {version}")
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exactly.configdef import MINUTE_MS, ConfigError, Key, int_range
+from exactly.configdef import MINUTE_MS, ConfigError, Key, int_range, one_of, split_list
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,12 @@ class GroupConfig:
     # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs (KIP-394): a new member that joined but
     # vanished before the rebalance completed is dropped after this long.
     new_member_join_timeout_ms: int = 300_000
+    # KIP-848 consumer groups (Kafka's group.consumer.* keys).
+    consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    consumer_max_size: int = 2**31 - 1  # group.consumer.max.size
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy
 
 
 GROUP_KEYS: tuple[Key, ...] = (
@@ -71,7 +77,88 @@ GROUP_KEYS: tuple[Key, ...] = (
         int_range(0),
         "Largest session timeout allowed.",
     ),
+    Key(
+        "group.consumer.session.timeout.ms",
+        "INT",
+        45000,
+        int_range(1),
+        "Session timeout of consumer-protocol (KIP-848) members: a member that sends no "
+        "heartbeat for this long is removed from its group.",
+    ),
+    Key(
+        "group.consumer.min.session.timeout.ms",
+        "INT",
+        45000,
+        int_range(1),
+        "Smallest group.consumer.session.timeout.ms allowed.",
+    ),
+    Key(
+        "group.consumer.max.session.timeout.ms",
+        "INT",
+        60000,
+        int_range(1),
+        "Largest group.consumer.session.timeout.ms allowed.",
+    ),
+    Key(
+        "group.consumer.heartbeat.interval.ms",
+        "INT",
+        5000,
+        int_range(1),
+        "How often consumer-protocol members are told to heartbeat.",
+    ),
+    Key(
+        "group.consumer.min.heartbeat.interval.ms",
+        "INT",
+        5000,
+        int_range(1),
+        "Smallest group.consumer.heartbeat.interval.ms allowed.",
+    ),
+    Key(
+        "group.consumer.max.heartbeat.interval.ms",
+        "INT",
+        15000,
+        int_range(1),
+        "Largest group.consumer.heartbeat.interval.ms allowed.",
+    ),
+    Key(
+        "group.consumer.max.size",
+        "INT",
+        2147483647,
+        int_range(1),
+        "Most members a consumer-protocol group may have.",
+    ),
+    Key(
+        "group.consumer.assignors",
+        "LIST",
+        "uniform,range",
+        lambda text: _assignors(split_list(text)),
+        "Server-side assignors of consumer-protocol groups (uniform, range, or Kafka's class "
+        "names of them); the first is used when a member names none.",
+    ),
+    Key(
+        "group.consumer.migration.policy",
+        "STRING",
+        "bidirectional",
+        one_of(("disabled", "upgrade", "downgrade", "bidirectional")),
+        "Whether an empty classic group becomes a consumer group when a consumer-protocol "
+        "member joins (upgrade), the other way round (downgrade), both, or neither.",
+    ),
 )
+
+# Kafka's class names of its assignors, accepted for the short names.
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _assignors(names: tuple[str, ...]) -> tuple[str, ...]:
+    short = tuple(_ASSIGNOR_CLASSES.get(n, n) for n in names)
+    unknown = [n for n in short if n not in ("uniform", "range")]
+    if unknown or not short:
+        raise ValueError("must list one or more of uniform, range (or Kafka's "
+                         "UniformAssignor/RangeAssignor class names)")
+    return short
 
 
 def check_group_keys(values: Mapping[str, Any]) -> None:
@@ -82,6 +169,22 @@ def check_group_keys(values: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"group.min.session.timeout.ms={lo} is above group.max.session.timeout.ms={hi}: "
             "the minimum must not exceed the maximum"
+        )
+    for name in ("session.timeout.ms", "heartbeat.interval.ms"):
+        lo = values[f"group.consumer.min.{name}"]
+        hi = values[f"group.consumer.max.{name}"]
+        value = values[f"group.consumer.{name}"]
+        if not lo <= value <= hi:
+            raise ConfigError(
+                f"group.consumer.{name}={value} is outside group.consumer.min.{name}={lo} .. "
+                f"group.consumer.max.{name}={hi}: set it (or the bounds) so that it lies within"
+            )
+    session = values["group.consumer.session.timeout.ms"]
+    interval = values["group.consumer.heartbeat.interval.ms"]
+    if interval >= session:
+        raise ConfigError(
+            f"group.consumer.heartbeat.interval.ms={interval} must be below "
+            f"group.consumer.session.timeout.ms={session}: members would time out between beats"
         )
 
 
@@ -94,4 +197,9 @@ def group_config(values: Mapping[str, Any]) -> GroupConfig:
         offsets_topic_num_partitions=values["offsets.topic.num.partitions"],
         offsets_topic_segment_bytes=values["offsets.topic.segment.bytes"],
         offsets_retention_ms=values["offsets.retention.minutes"] * MINUTE_MS,
+        consumer_session_timeout_ms=values["group.consumer.session.timeout.ms"],
+        consumer_heartbeat_interval_ms=values["group.consumer.heartbeat.interval.ms"],
+        consumer_max_size=values["group.consumer.max.size"],
+        consumer_assignors=values["group.consumer.assignors"],
+        consumer_migration_policy=values["group.consumer.migration.policy"],
     )

@@ -4,7 +4,9 @@ Sans-IO: callers pass the time in and get delayed answers through callbacks, inv
 before the call returns or later from another call or from `tick()`. The rules follow Apache
 Kafka's GroupCoordinator.scala. As there, the coordinator holds its collaborators by name:
 `group_manager` (metadata_manager.py: the groups, their offsets, `__consumer_offsets`, the offset
-and admin APIs) and `txn_offsets` (txn_offsets.py: offsets of open transactions, KIP-98).
+and admin APIs), `txn_offsets` (txn_offsets.py: offsets of open transactions, KIP-98) and
+`consumer` (consumer_coordinator.py: KIP-848 consumer groups). A JoinGroup for an empty consumer
+group turns it back into a classic group (group.consumer.migration.policy).
 
 Theory of operation
 -------------------
@@ -44,6 +46,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from exactly.groups.config import GroupConfig
+from exactly.groups.consumer_coordinator import (
+    ConsumerGroupCoordinator,
+    ConsumerHeartbeat,
+    HeartbeatResult,
+    member_tombstones,
+)
+from exactly.groups.conversion import PROTOCOL_TYPE, classic_members
 from exactly.groups.group import (
     Group,
     GroupState,
@@ -60,7 +69,9 @@ from exactly.groups.metadata_manager import (
     GroupListing,
     GroupMetadataManager,
     OffsetToCommit,
+    consumer_tombstones,
 )
+from exactly.groups.migration import ClassicMembers
 from exactly.groups.txn_offsets import TxnOffsets
 from exactly.protocol.errors import ErrorCode
 from exactly.protocol.structs import TopicPartition
@@ -79,6 +90,10 @@ class GroupCoordinator:
         self.config = config
         self.group_manager = GroupMetadataManager(logs, config, now_ms=now_ms)
         self.txn_offsets = TxnOffsets(self.group_manager)
+        # KIP-848 consumer groups: ConsumerGroupHeartbeat and their timers; classic members of
+        # consumer groups (online migration).
+        self.consumer = ConsumerGroupCoordinator(self.group_manager, config)
+        self.classic_members = ClassicMembers(self.consumer)
 
     # -- JoinGroup ----------------------------------------------------------------------------
 
@@ -102,6 +117,14 @@ class GroupCoordinator:
             if member_id:
                 return respond(JoinResult(ErrorCode.unknown_member_id, member_id))
             group = self.group_manager.new_group(group_id, now_ms)
+        if group.consumer is not None and not self.consumer.downgrade_empty(group, now_ms):
+            # A classic member of a consumer group: the consumer group's rules (migration.py).
+            return respond(self.classic_members.join(
+                group, member_id=member_id, instance_id=group_instance_id, client_id=client_id,
+                client_host=client_host, session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type,
+                protocols=protocols, require_known_member_id=require_known_member_id,
+                now_ms=now_ms))
         if (member_id not in group.members and len(group.members) >= cfg.group_max_size):
             return respond(JoinResult(ErrorCode.group_max_size_reached, member_id))
         args = (group_instance_id, client_id, client_host, session_timeout_ms,
@@ -276,6 +299,11 @@ class GroupCoordinator:
             return respond(SyncResult(ErrorCode.invalid_group_id))
         if group is None:
             return respond(SyncResult(ErrorCode.unknown_member_id))
+        if group.consumer is not None:
+            return respond(self.classic_members.sync(
+                group, member_id=member_id, instance_id=group_instance_id,
+                generation_id=generation_id, protocol_type=protocol_type,
+                protocol_name=protocol_name, now_ms=now_ms))
         error = self._validate_member(group, member_id, group_instance_id)
         if error is None and generation_id != group.generation_id:
             error = ErrorCode.illegal_generation
@@ -337,6 +365,10 @@ class GroupCoordinator:
         group = self.group_manager.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
+        if group.consumer is not None:
+            return self.classic_members.heartbeat(group, member_id=member_id,
+                                                  instance_id=group_instance_id,
+                                                  generation_id=generation_id, now_ms=now_ms)
         error = self._validate_member(group, member_id, group_instance_id)
         if error is not None:
             return error
@@ -358,6 +390,8 @@ class GroupCoordinator:
         group = self.group_manager.groups.get(group_id)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
+        if group.consumer is not None:
+            return ErrorCode.none, self.classic_members.leave(group, members, now_ms)
         errors = []
         for member_id, instance_id in members:
             static_id = group.static_members.get(instance_id) if instance_id else None
@@ -419,7 +453,11 @@ class GroupCoordinator:
     def tick(self, now_ms: int) -> None:
         """Fire every timer due by `now_ms`: sessions, pending members, rebalance deadlines."""
         for group in list(self.group_manager.groups.values()):
-            self._tick_group(group, now_ms)
+            if group.consumer is None:
+                self._tick_group(group, now_ms)
+        self.consumer.tick(now_ms)
+        for group in list(self.group_manager.groups.values()):
+            self._maybe_downgrade(group, now_ms)
         self.group_manager.maybe_expire_offsets(now_ms)
 
     def _tick_group(self, group: Group, now_ms: int) -> None:
@@ -453,16 +491,63 @@ class GroupCoordinator:
             group.pending_sync.clear()
             self._maybe_prepare_rebalance(group, now_ms)
 
+    # -- KIP-848 ----------------------------------------------------------------------------------
+
+    def consumer_heartbeat(self, request: ConsumerHeartbeat, now_ms: int) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat (consumer_coordinator.py); when the last consumer-protocol
+        member of a group with classic members leaves, the group goes back to classic."""
+        result = self.consumer.heartbeat(request, now_ms)
+        group = self.group_manager.groups.get(request.group_id)
+        if group is not None and request.member_epoch < 0:
+            self._maybe_downgrade(group, now_ms)
+        return result
+
+    def _maybe_downgrade(self, group: Group, now_ms: int) -> None:
+        """KIP-848's online downgrade: a consumer group left with classic members only becomes
+        a classic group at generation = its epoch, and rebalances so they rejoin the classic
+        way (group.consumer.migration.policy downgrade or bidirectional)."""
+        cg = group.consumer
+        if (cg is None or not cg.members or any(m.classic is None for m in cg.members.values())
+                or self.config.consumer_migration_policy not in ("downgrade", "bidirectional")):
+            return
+        logs = self.group_manager.store.logs
+        records = [r for m in cg.members for r in member_tombstones(group.group_id, m)]
+        try:
+            self.group_manager.append_batch(group.group_id,
+                                            records + consumer_tombstones(group.group_id),
+                                            now_ms)
+        except Exception:
+            log.exception("downgrading consumer group %s failed", group.group_id)
+            return
+        group.consumer = None
+        group.generation_id = cg.group_epoch
+        group.protocol_type = PROTOCOL_TYPE
+        for member in classic_members(cg, logs, now_ms):
+            group.add(member)
+        group.protocol_name = group.select_protocol()
+        group.transition(GroupState.STABLE, now_ms)
+        self.group_manager.store_group_quietly(group, now_ms)
+        log.info("consumer group %s with only classic members becomes a classic group "
+                 "(generation %d)", group.group_id, group.generation_id)
+        self._prepare_rebalance(group, now_ms)
+
     # -- offsets and admin APIs, from the group manager -----------------------------------------
 
     def commit_offsets(
         self, *, group_id: str, member_id: str, group_instance_id: str | None,
         generation_id: int, offsets: Mapping[tuple[str, int], OffsetToCommit], now_ms: int,
+        api_version: int = 9,
     ) -> CommitResult:
         """OffsetCommit (see `GroupMetadataManager.commit_offsets`)."""
         return self.group_manager.commit_offsets(
             group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
-            generation_id=generation_id, offsets=offsets, now_ms=now_ms)
+            generation_id=generation_id, offsets=offsets, now_ms=now_ms,
+            api_version=api_version)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None,
+                              member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9's member check (see `GroupMetadataManager.validate_offset_fetch`)."""
+        return self.group_manager.validate_offset_fetch(group_id, member_id, member_epoch)
 
     def fetch_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], CommittedOffset | None]:

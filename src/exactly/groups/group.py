@@ -1,7 +1,10 @@
-"""One classic consumer group: its members, state, generation and committed offsets.
+"""One group: a classic consumer group's members, state, generation, and the committed offsets
+of any group.
 
 This is bookkeeping only; the rules of the protocol (who may join, when a rebalance completes)
-live in `coordinator.py`, as Kafka splits GroupMetadata from GroupCoordinator.
+live in `coordinator.py`, as Kafka splits GroupMetadata from GroupCoordinator. A KIP-848 consumer
+group is a `Group` whose `consumer` holds its members and epochs (consumer_group.py), so the
+offsets, transactional offsets and their expiry work the same for both kinds.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from exactly.groups.consumer_group import ConsumerGroup
 from exactly.protocol.errors import ErrorCode
 from exactly.protocol.structs import TopicPartition
 
@@ -22,6 +26,9 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+    # Consumer groups (KIP-848) only; they share Empty, Stable and Dead.
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +136,13 @@ class Group:
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     # TxnOffsetCommit offsets per producer id, invisible until the transaction commits.
     pending_txn: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    # Set for a KIP-848 consumer group (protocol type "consumer"); None for a classic group.
+    consumer: ConsumerGroup | None = None
+
+    @property
+    def group_type(self) -> str:
+        """"consumer" or "classic", as ListGroups v5 reports it (KIP-848)."""
+        return "classic" if self.consumer is None else "consumer"
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state

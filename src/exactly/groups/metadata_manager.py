@@ -27,6 +27,14 @@ from exactly.groups.codec import (
     encode_offset_value,
 )
 from exactly.groups.config import GroupConfig
+from exactly.groups.consumer_group import ConsumerGroup
+from exactly.groups.consumer_records import (
+    GROUP_METADATA,
+    TARGET_METADATA,
+    ConsumerKey,
+    ConsumerRecordError,
+    encode_key,
+)
 from exactly.groups.fold import OffsetsFold
 from exactly.groups.group import CommittedOffset, Group, GroupState, Member
 from exactly.groups.store import Appended, OffsetsLog
@@ -78,6 +86,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848), as ListGroups v5 reports it
 
 
 class GroupMetadataManager:
@@ -113,7 +122,7 @@ class GroupMetadataManager:
                     continue
                 try:
                     fold.add(record, (batch.partition, batch.producer_id) if txn else None)
-                except CodecError as exc:
+                except (CodecError, ConsumerRecordError) as exc:
                     log.warning("skipping undecodable __consumer_offsets record at offset %d: %s",
                                 record.offset, exc)
         pending: dict[str, dict[int, dict[TopicPartition, CommittedOffset]]] = {}
@@ -122,10 +131,17 @@ class GroupMetadataManager:
                 if tps:
                     pending.setdefault(group_id, {})[producer_id] = dict(tps)
         live = {g for g, v in fold.groups.items() if v is not None}
-        for group_id in live | {g for g, tps in fold.offsets.items() if tps} | set(pending):
+        consumer = {g for g, c in fold.consumer.items() if c.live}
+        for group_id in (live | consumer | {g for g, tps in fold.offsets.items() if tps}
+                         | set(pending)):
             group = Group(group_id, state_timestamp=now_ms)
             value = fold.groups.get(group_id)
-            if value is not None:
+            if group_id in consumer:
+                group.consumer = fold.consumer[group_id].build(
+                    now_ms, self.config.consumer_session_timeout_ms)
+                group.protocol_type = "consumer"
+                group.state = consumer_state(group.consumer)
+            elif value is not None:
                 self._restore(group, value, now_ms)
             group.offsets.update(fold.offsets.get(group_id, {}))
             group.pending_txn = pending.get(group_id, {})
@@ -203,12 +219,17 @@ class GroupMetadataManager:
     def commit_offsets(
         self, *, group_id: str, member_id: str, group_instance_id: str | None,
         generation_id: int, offsets: Mapping[tuple[str, int], OffsetToCommit], now_ms: int,
+        api_version: int = 9,
     ) -> CommitResult:
         """Validate, append to the log, then apply. Answer the client only after syncing
-        `result.log` (when not None)."""
+        `result.log` (when not None). `generation_id` is the member epoch for a consumer group
+        (KIP-848), whose members must use OffsetCommit v9+ (`api_version`)."""
         group = self.groups.get(group_id)
         error: ErrorCode | None = None
-        if group is None:
+        if group is not None and group.consumer is not None:
+            error = validate_consumer_commit(group, member_id, generation_id,
+                                             transactional=False, api_version=api_version)
+        elif group is None:
             # generation < 0: a standalone consumer storing offsets without group management.
             if generation_id >= 0:
                 error = ErrorCode.illegal_generation
@@ -233,7 +254,7 @@ class GroupMetadataManager:
             return CommitResult(errors, None)
         if group is None:
             group = self.new_group(group_id, now_ms)
-        elif member_id in group.members:
+        elif group.consumer is None and member_id in group.members:
             member = group.members[member_id]
             member.heartbeat_deadline = now_ms + member.session_timeout_ms
         group.offsets.update(written)
@@ -296,11 +317,27 @@ class GroupMetadataManager:
             return {tp: offset for tp, offset in committed.items()}
         return {tp: committed.get(TopicPartition(*tp)) for tp in partitions}
 
+    def validate_offset_fetch(self, group_id: str, member_id: str | None,
+                              member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9 from a consumer-group member (Kafka's ConsumerGroup.validateOffsetFetch):
+        epoch -1 (an admin client, older versions) is always allowed."""
+        group = self.groups.get(group_id)
+        if member_epoch == -1 or group is None or group.consumer is None:
+            return ErrorCode.none
+        member = group.consumer.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if member.member_epoch != member_epoch:
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
     # -- DescribeGroups / ListGroups / DeleteGroups -------------------------------------------
 
     def describe_group(self, group_id: str) -> GroupDescription:
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None or group.consumer is not None:
+            # Kafka's DescribeGroups (v0-5) answers a consumer group as one that does not exist:
+            # it is described by ConsumerGroupDescribe.
             return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
         stable = group.state is GroupState.STABLE
         protocol = group.protocol_name or ""
@@ -317,7 +354,7 @@ class GroupMetadataManager:
         """All groups, or those whose state is in `states` (compared case-insensitively)."""
         wanted = {s.lower() for s in states} if states else None
         return [
-            GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+            GroupListing(g.group_id, g.protocol_type or "", g.state.value, g.group_type)
             for g in self.groups.values()
             if wanted is None or g.state.value.lower() in wanted
         ]
@@ -348,6 +385,8 @@ class GroupMetadataManager:
                    for t, p in expired]
         if whole_group:
             records.append(Record(encode_group_key(GroupKey(group.group_id)), None))
+            if group.consumer is not None:
+                records += consumer_tombstones(group.group_id)
         if records:
             self._append(group.group_id, records, now_ms)
         for tp in expired:
@@ -387,6 +426,44 @@ class GroupMetadataManager:
             else:
                 if expired:
                     log.info("expired %d offsets of group %s", len(expired), group.group_id)
+
+
+def validate_consumer_commit(group: Group, member_id: str, member_epoch: int, *,
+                             transactional: bool, api_version: int = 9,
+                             instance_id: str | None = None) -> ErrorCode | None:
+    """Kafka's ConsumerGroup.validateOffsetCommit: the member must exist with this epoch.
+
+    A stale epoch is STALE_MEMBER_EPOCH for OffsetCommit; TxnOffsetCommit has no such error
+    (older clients would not understand it), so Kafka answers ILLEGAL_GENERATION there, and so
+    do we. Epoch -1 commits (admin, standalone) are allowed while the group has no members."""
+    cg = group.consumer
+    assert cg is not None
+    if member_epoch < 0 and not cg.members:
+        return None
+    if transactional and member_epoch == -1 and not member_id and instance_id is None:
+        return None  # TxnOffsetCommit before v3 carries no member
+    member = cg.members.get(member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    classic = member.classic is not None  # a classic member commits the classic way
+    if not transactional and not classic and api_version < 9:
+        return ErrorCode.unsupported_version
+    if member_epoch != member.member_epoch:
+        if transactional or classic:
+            return ErrorCode.illegal_generation
+        return ErrorCode.stale_member_epoch
+    return None
+
+
+def consumer_state(group: ConsumerGroup) -> GroupState:
+    """The GroupState of a consumer group, by Kafka's rules (`ConsumerGroup.state_name`)."""
+    return GroupState(group.state_name())
+
+
+def consumer_tombstones(group_id: str) -> list[Record]:
+    """The records that delete an empty consumer group (its members are gone already)."""
+    return [Record(encode_key(ConsumerKey(kind, group_id)), None)
+            for kind in (TARGET_METADATA, GROUP_METADATA)]
 
 
 def offset_records(group_id: str, offsets: Mapping[tuple[str, int], CommittedOffset]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exactly.log.internal_topic import DEFAULT_SEGMENT_BYTES, InternalTopic
+from exactly.log.internal_topic import DEFAULT_SEGMENT_BYTES, InternalTopic, next_sequence
 from exactly.log.markers import parse_marker
 from exactly.protocol.records import (
     NO_PRODUCER_EPOCH,
@@ -74,7 +74,7 @@ class OffsetsLog:
         plog = self.log_for(group_id)
         sequence = -1
         if producer_id >= 0:
-            sequence = _next_sequence(plog, producer_id, producer_epoch)
+            sequence = next_sequence(plog, producer_id, producer_epoch)
         batch = build_batch(records, timestamp=now_ms, producer_id=producer_id,
                             producer_epoch=producer_epoch, base_sequence=sequence,
                             transactional=transactional)
@@ -91,16 +91,3 @@ class OffsetsLog:
                 continue
             yield ReplayedBatch(partition, batch.producer_id, batch.is_transactional, None,
                                 decode_records(batch))
-
-
-def _next_sequence(plog: PartitionLog, producer_id: int, producer_epoch: int) -> int:
-    """The sequence the log expects next from this producer in this partition.
-
-    The log refuses a producer id without a sequence, so the coordinator writes real sequences,
-    taken from the partition's own producer state: 0 for a new epoch, else the next one. That
-    state is rebuilt from the log on start, so nothing here needs to be kept.
-    """
-    entry = plog.producer_state.last_entry(producer_id)
-    if entry is None or entry.epoch != producer_epoch or entry.last_sequence < 0:
-        return 0
-    return (entry.last_sequence + 1) & 0x7FFFFFFF

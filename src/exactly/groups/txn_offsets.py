@@ -18,7 +18,12 @@ from collections.abc import Mapping
 
 from exactly.groups.fold import apply_txn_offsets
 from exactly.groups.group import Group, GroupState
-from exactly.groups.metadata_manager import CommitResult, GroupMetadataManager, OffsetToCommit
+from exactly.groups.metadata_manager import (
+    CommitResult,
+    GroupMetadataManager,
+    OffsetToCommit,
+    validate_consumer_commit,
+)
 from exactly.protocol.errors import ErrorCode
 from exactly.protocol.structs import TopicPartition
 
@@ -115,6 +120,9 @@ def _validate_txn_commit(group: Group, member_id: str, instance_id: str | None,
     member (""/-1/None) and are accepted whatever the group's state."""
     if group.state is GroupState.DEAD:
         return ErrorCode.coordinator_not_available
+    if group.consumer is not None:  # KIP-848: generation_id carries the member epoch
+        return validate_consumer_commit(group, member_id, generation_id, transactional=True,
+                                        instance_id=instance_id)
     if generation_id < 0 and group.state is GroupState.EMPTY:
         return None
     if generation_id >= 0 or member_id or instance_id is not None:

@@ -69,3 +69,16 @@ class InternalTopic:
                     log.warning("replay of %s-%d stopped at offset %d", self.name, partition,
                                 offset)
                     break
+
+
+def next_sequence(plog: PartitionLog, producer_id: int, producer_epoch: int) -> int:
+    """The sequence the log expects next from this producer in this partition.
+
+    The log refuses a producer id without a sequence, so the coordinator writes real sequences,
+    taken from the partition's own producer state: 0 for a new epoch, else the next one. That
+    state is rebuilt from the log on start, so nothing here needs to be kept.
+    """
+    entry = plog.producer_state.last_entry(producer_id)
+    if entry is None or entry.epoch != producer_epoch or entry.last_sequence < 0:
+        return 0
+    return (entry.last_sequence + 1) & 0x7FFFFFFF

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
-from kio.index import load_payload_module
+from kio.index import KioIndexError, load_payload_module
 from kio.schema.index import api_key_map
 from kio.static.constants import EntityType
+
+from exactly.protocol import drafts
 
 
 class ApiKey:
@@ -50,6 +52,17 @@ class ApiKey:
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848
+    CONSUMER_GROUP_DESCRIBE = 69  # KIP-848
+    SHARE_GROUP_HEARTBEAT = 76  # KIP-932
+    SHARE_GROUP_DESCRIBE = 77  # KIP-932
+    SHARE_FETCH = 78  # KIP-932
+    SHARE_ACKNOWLEDGE = 79  # KIP-932
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90  # KIP-932
+    ALTER_SHARE_GROUP_OFFSETS = 91  # KIP-932
+    DELETE_SHARE_GROUP_OFFSETS = 92  # KIP-932
+    TXN_HEARTBEAT = 1309  # KIP-1309, a draft: provisional key (exactly.protocol.drafts)
+    TXN_SHARE_ACKNOWLEDGE = 1289  # KIP-1289, a draft: provisional key (exactly.protocol.drafts)
 
 
 # What the broker advertises in ApiVersions: (min, max) per API key. A handler must exist for each.
@@ -71,7 +84,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
-    ApiKey.INIT_PRODUCER_ID: (0, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 7),  # v7: KIP-1309's session timeout (a draft)
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),
@@ -91,11 +104,22 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 1),  # librdkafka 2.16 sends v1; v2 (KIP-1222's renew) not yet
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.TXN_HEARTBEAT: (0, 0),
+    ApiKey.TXN_SHARE_ACKNOWLEDGE: (0, 0),  # KIP-1289, a draft
 }
 
 
 def api_name(api_key: int) -> str:
-    return api_key_map.get(api_key, f"unknown({api_key})")
+    return api_key_map.get(api_key) or drafts.DRAFT_API_NAMES.get(api_key, f"unknown({api_key})")
 
 
 def is_supported(api_key: int, version: int) -> bool:
@@ -103,19 +127,40 @@ def is_supported(api_key: int, version: int) -> bool:
     return bounds is not None and bounds[0] <= version <= bounds[1]
 
 
+# kio's classes first; for an API or version kio does not have, the hand-written schema of a
+# draft KIP (exactly.protocol.drafts), if there is one.
+
+
 @cache
 def request_class(api_key: int, version: int) -> type:
-    return _payload_class(load_payload_module(api_key, version, EntityType.request))
+    return _entity_class(api_key, version, EntityType.request)
 
 
 @cache
 def response_module(api_key: int, version: int) -> ModuleType:
-    return load_payload_module(api_key, version, EntityType.response)
+    try:
+        return load_payload_module(api_key, version, EntityType.response)
+    except KioIndexError:
+        draft = drafts.payload_module(api_key, version)
+        if draft is None:
+            raise
+        return draft
 
 
 @cache
 def response_class(api_key: int, version: int) -> type:
-    return _payload_class(response_module(api_key, version))
+    return _entity_class(api_key, version, EntityType.response)
+
+
+def _entity_class(api_key: int, version: int,
+                  entity_type: Literal[EntityType.request, EntityType.response]) -> type:
+    try:
+        return _payload_class(load_payload_module(api_key, version, entity_type))
+    except KioIndexError:
+        draft = drafts.payload_class(api_key, version, entity_type)
+        if draft is None:
+            raise
+        return draft
 
 
 def _payload_class(module: ModuleType) -> type:

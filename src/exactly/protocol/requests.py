@@ -73,6 +73,9 @@ if TYPE_CHECKING:
     from kio.schema.add_partitions_to_txn.v5.request import (
         AddPartitionsToTxnRequest as AddPartitionsToTxnRequestV5,
     )
+    from kio.schema.alter_share_group_offsets.v0.request import (
+        AlterShareGroupOffsetsRequest as AlterShareGroupOffsetsRequestV0,
+    )
     from kio.schema.alter_user_scram_credentials.v0.request import (
         AlterUserScramCredentialsRequest as AlterUserScramCredentialsRequestV0,
     )
@@ -81,6 +84,18 @@ if TYPE_CHECKING:
     from kio.schema.api_versions.v2.request import ApiVersionsRequest as ApiVersionsRequestV2
     from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
     from kio.schema.api_versions.v4.request import ApiVersionsRequest as ApiVersionsRequestV4
+    from kio.schema.consumer_group_describe.v0.request import (
+        ConsumerGroupDescribeRequest as ConsumerGroupDescribeRequestV0,
+    )
+    from kio.schema.consumer_group_describe.v1.request import (
+        ConsumerGroupDescribeRequest as ConsumerGroupDescribeRequestV1,
+    )
+    from kio.schema.consumer_group_heartbeat.v0.request import (
+        ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequestV0,
+    )
+    from kio.schema.consumer_group_heartbeat.v1.request import (
+        ConsumerGroupHeartbeatRequest as ConsumerGroupHeartbeatRequestV1,
+    )
     from kio.schema.create_acls.v1.request import CreateAclsRequest as CreateAclsRequestV1
     from kio.schema.create_acls.v2.request import CreateAclsRequest as CreateAclsRequestV2
     from kio.schema.create_acls.v3.request import CreateAclsRequest as CreateAclsRequestV3
@@ -108,6 +123,9 @@ if TYPE_CHECKING:
     from kio.schema.delete_groups.v0.request import DeleteGroupsRequest as DeleteGroupsRequestV0
     from kio.schema.delete_groups.v1.request import DeleteGroupsRequest as DeleteGroupsRequestV1
     from kio.schema.delete_groups.v2.request import DeleteGroupsRequest as DeleteGroupsRequestV2
+    from kio.schema.delete_share_group_offsets.v0.request import (
+        DeleteShareGroupOffsetsRequest as DeleteShareGroupOffsetsRequestV0,
+    )
     from kio.schema.delete_topics.v1.request import DeleteTopicsRequest as DeleteTopicsRequestV1
     from kio.schema.delete_topics.v2.request import DeleteTopicsRequest as DeleteTopicsRequestV2
     from kio.schema.delete_topics.v3.request import DeleteTopicsRequest as DeleteTopicsRequestV3
@@ -155,6 +173,12 @@ if TYPE_CHECKING:
     )
     from kio.schema.describe_producers.v0.request import (
         DescribeProducersRequest as DescribeProducersRequestV0,
+    )
+    from kio.schema.describe_share_group_offsets.v0.request import (
+        DescribeShareGroupOffsetsRequest as DescribeShareGroupOffsetsRequestV0,
+    )
+    from kio.schema.describe_share_group_offsets.v1.request import (
+        DescribeShareGroupOffsetsRequest as DescribeShareGroupOffsetsRequestV1,
     )
     from kio.schema.describe_transactions.v0.request import (
         DescribeTransactionsRequest as DescribeTransactionsRequestV0,
@@ -329,6 +353,16 @@ if TYPE_CHECKING:
     )
     from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeRequestV0
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest as SaslHandshakeRequestV1
+    from kio.schema.share_acknowledge.v1.request import (
+        ShareAcknowledgeRequest as ShareAcknowledgeRequestV1,
+    )
+    from kio.schema.share_fetch.v1.request import ShareFetchRequest as ShareFetchRequestV1
+    from kio.schema.share_group_describe.v1.request import (
+        ShareGroupDescribeRequest as ShareGroupDescribeRequestV1,
+    )
+    from kio.schema.share_group_heartbeat.v1.request import (
+        ShareGroupHeartbeatRequest as ShareGroupHeartbeatRequestV1,
+    )
     from kio.schema.sync_group.v0.request import SyncGroupRequest as SyncGroupRequestV0
     from kio.schema.sync_group.v1.request import SyncGroupRequest as SyncGroupRequestV1
     from kio.schema.sync_group.v2.request import SyncGroupRequest as SyncGroupRequestV2
@@ -358,6 +392,14 @@ if TYPE_CHECKING:
     )
     from kio.schema.write_txn_markers.v2.request import (
         WriteTxnMarkersRequest as WriteTxnMarkersRequestV2,
+    )
+
+    from exactly.protocol.drafts.init_producer_id import (
+        InitProducerIdRequest as InitProducerIdRequestV7,
+    )
+    from exactly.protocol.drafts.txn_heartbeat import TxnHeartbeatRequest as TxnHeartbeatRequestV0
+    from exactly.protocol.drafts.txn_share_acknowledge import (
+        TxnShareAcknowledgeRequest as TxnShareAcknowledgeRequestV0,
     )
 
     ProduceRequest: TypeAlias = (
@@ -444,7 +486,7 @@ if TYPE_CHECKING:
     InitProducerIdRequest: TypeAlias = (
         InitProducerIdRequestV0 | InitProducerIdRequestV1 | InitProducerIdRequestV2
         | InitProducerIdRequestV3 | InitProducerIdRequestV4 | InitProducerIdRequestV5
-        | InitProducerIdRequestV6
+        | InitProducerIdRequestV6 | InitProducerIdRequestV7
     )
     AddPartitionsToTxnRequestUpToV3: TypeAlias = (
         AddPartitionsToTxnRequestV0 | AddPartitionsToTxnRequestV1 | AddPartitionsToTxnRequestV2
@@ -499,6 +541,23 @@ if TYPE_CHECKING:
     ListTransactionsRequest: TypeAlias = (
         ListTransactionsRequestV0 | ListTransactionsRequestV1 | ListTransactionsRequestV2
     )
+    ConsumerGroupHeartbeatRequest: TypeAlias = (
+        ConsumerGroupHeartbeatRequestV0 | ConsumerGroupHeartbeatRequestV1
+    )
+    ConsumerGroupDescribeRequest: TypeAlias = (
+        ConsumerGroupDescribeRequestV0 | ConsumerGroupDescribeRequestV1
+    )
+    ShareGroupHeartbeatRequest: TypeAlias = ShareGroupHeartbeatRequestV1
+    ShareGroupDescribeRequest: TypeAlias = ShareGroupDescribeRequestV1
+    ShareFetchRequest: TypeAlias = ShareFetchRequestV1
+    ShareAcknowledgeRequest: TypeAlias = ShareAcknowledgeRequestV1
+    DescribeShareGroupOffsetsRequest: TypeAlias = (
+        DescribeShareGroupOffsetsRequestV0 | DescribeShareGroupOffsetsRequestV1
+    )
+    AlterShareGroupOffsetsRequest: TypeAlias = AlterShareGroupOffsetsRequestV0
+    DeleteShareGroupOffsetsRequest: TypeAlias = DeleteShareGroupOffsetsRequestV0
+    TxnShareAcknowledgeRequest: TypeAlias = TxnShareAcknowledgeRequestV0
+    TxnHeartbeatRequest: TypeAlias = TxnHeartbeatRequestV0
     # END generated
 
 
@@ -510,13 +569,17 @@ _WIDTH = 100
 def render() -> str:
     """The generated block: per API, an import of each supported version's request class as
     `<Name>V<n>`, then the union `<Name>` of them (of its two halves, for the APIs in SPLITS)."""
-    imports: list[tuple[str, int, str]] = []  # sorted by module as isort wants them
+    # Sorted as isort wants them: kio's, then (a group of their own) the drafts of
+    # exactly.protocol.drafts, by module.
+    imports: list[tuple[bool, str, int, str]] = []
     aliases: list[str] = []
     for api_key, (low, high) in sorted(SUPPORTED.items()):
         name = request_class(api_key, low).__name__
         for version in range(low, high + 1):
             cls = request_class(api_key, version)
-            imports.append((cls.__module__.split(".")[2], version,
+            draft = not cls.__module__.startswith("kio.")
+            imports.append((draft, cls.__module__ if draft else cls.__module__.split(".")[2],
+                            version,
                             _import(cls.__module__, cls.__name__, f"{name}V{version}")))
         split = SPLITS.get(api_key)
         if split is None:
@@ -529,7 +592,10 @@ def render() -> str:
         aliases.append(_alias(below, [f"{name}V{v}" for v in range(low, split)]))
         aliases.append(_alias(above, [f"{name}V{v}" for v in range(split, high + 1)]))
         aliases.append(_alias(name, [below, above]))
-    return _BEGIN + "".join(line for *_, line in sorted(imports)) + "\n" + "".join(aliases) + _END
+    ordered = sorted(imports)
+    lines = [("\n" if i and draft and not ordered[i - 1][0] else "") + line
+             for i, (draft, *_, line) in enumerate(ordered)]
+    return _BEGIN + "".join(lines) + "\n" + "".join(aliases) + _END
 
 
 def _import(module: str, name: str, alias: str) -> str:

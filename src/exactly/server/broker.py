@@ -30,6 +30,7 @@ from exactly.server.log_cleaning import CleanerService
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
 from exactly.server.startup import StartupError, data_dir_error, listen_error
 from exactly.server.transactions import TransactionDriver
+from exactly.share import ShareCoordinator
 from exactly.txn import TransactionCoordinator
 from exactly.txn.producer_ids import ProducerIdManager
 
@@ -58,6 +59,7 @@ class Broker:
         try:
             groups = GroupCoordinator(logs, config.group_config(), now_ms=clock())
             txn = TransactionCoordinator(logs, producer_ids, config.txn_config(), now_ms=clock())
+            share = ShareCoordinator(logs, config.share_config(), now_ms=clock())
         except CorruptRecordError as exc:
             # A coordinator that skipped a damaged batch could bring back an older state of a
             # transaction or an offset: better not to start, and say where the damage is.
@@ -76,7 +78,8 @@ class Broker:
             transactions=TransactionDriver(
                 coordinator=txn, groups=groups, logs=logs, appends=appends, clock=clock,
                 transaction_version=transaction_version,
-                verification_enabled=config["transaction.partition.verification.enable"]),
+                verification_enabled=config["transaction.partition.verification.enable"],
+                share=share),
             appends=appends,
             # None unless authorizer.class.name is set: then every request is allowed.
             authorizer=make_authorizer(config),
@@ -86,6 +89,7 @@ class Broker:
                 finalized_features={"transaction.version": transaction_version}),
             config=config,
             clock=clock,
+            share=share,
         )
         self.connections: set[network.Connection] = set()
         self.limits = ConnectionLimits.from_config(config)
@@ -106,6 +110,8 @@ class Broker:
                     lambda: self._sweep_idle(idle_ms / 1000))
         self._every(TICK_SECONDS, "group coordinator tick",
                     lambda: services.groups.tick(services.clock()))
+        self._every(TICK_SECONDS, "share coordinator tick",
+                    lambda: services.share.tick(services.clock()))
         self._every(config["log.retention.check.interval.ms"] / 1000, "retention check",
                     self._apply_retention)
         self._every(config["log.flush.offset.checkpoint.interval.ms"] / 1000,

@@ -46,6 +46,7 @@ from exactly.log.files import write_atomically
 from exactly.server.acl.config import ACL_KEYS
 from exactly.server.auth.config import AUTH_KEYS, plain_users
 from exactly.server.connection_limits import parse_overrides
+from exactly.share.config import SHARE_KEYS, ShareConfig, check_share_keys, share_config
 from exactly.txn.config import TXN_KEYS, txn_config
 from exactly.txn.state import TxnConfig
 
@@ -301,6 +302,7 @@ _KEYS: tuple[Key, ...] = (
     Key("connections.max.idle.ms", "LONG", 600000, long_range(1),
         "A connection with no request for this long is closed."),
     *GROUP_KEYS,
+    *SHARE_KEYS,
     *TXN_KEYS,
     Key(
         "metrics.listen",
@@ -406,6 +408,7 @@ class BrokerConfig:
 
     def _check_together(self) -> None:
         check_group_keys(self._values)
+        check_share_keys(self._values)
         listeners = self._values["listeners"]
         if any(lst.name in ("SSL", "SASL_SSL") for lst in listeners) and not (
             self._values["ssl.keystore.location"]
@@ -522,6 +525,10 @@ class BrokerConfig:
     def group_config(self) -> GroupConfig:
         """The group coordinator's settings."""
         return group_config(self._values)
+
+    def share_config(self) -> ShareConfig:
+        """The share coordinator's settings (KIP-932)."""
+        return share_config(self._values)
 
     def items(self) -> list[ConfigEntry]:
         """Every known key as DescribeConfigs reports it (aliases not repeated)."""

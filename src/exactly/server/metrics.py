@@ -127,7 +127,7 @@ class BrokerCollector(Collector):
             dirty.add_metric([topic, str(partition)], ratio)
         yield dirty
 
-    def _transactions(self) -> Iterator[GaugeMetricFamily]:
+    def _transactions(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         now_ms = self.services.clock()
         open_max = 0
         by_state = {s.display_name: 0 for s in TxnState}
@@ -148,6 +148,14 @@ class BrokerCollector(Collector):
         for name, count in sorted(by_state.items()):
             states.add_metric([name], count)
         yield states
+        expired = CounterMetricFamily(
+            "exactly_transaction_expired_aborts",
+            "Transactions the coordinator aborted on its own, by reason: timeout "
+            "(transaction.timeout.ms) or session (KIP-1309: no heartbeat for the session "
+            "timeout).", labels=["reason"])
+        for reason, count in sorted(self.services.txn.expired_aborts.items()):
+            expired.add_metric([reason], count)
+        yield expired
 
     def _lso_lag(self) -> GaugeMetricFamily:
         g = GaugeMetricFamily(

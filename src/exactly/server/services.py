@@ -7,6 +7,8 @@ it uses) and cannot reach the broker itself, as Tansu's services get a narrow ty
     cleaner       the log cleaner's choices, checkpoint and figures (exactly.log.cleaner)
     txn           the transaction coordinator's state machine (exactly.txn)
     groups        the group coordinator's state machine (exactly.groups)
+    share         share groups, share-partitions and their state (exactly.share, KIP-932);
+                  `share.is_share_group(group_id)` tells whether an id is a share group
     transactions  the transaction driver: markers, recovery, KIP-890 write verification
     appends       durability under the flush policy, and wake-ups of waiting fetches
     authorizer    the ACL authorizer, None when `authorizer.class.name` is empty
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from exactly.server.auth import ScramCredentialStore
     from exactly.server.config import BrokerConfig
     from exactly.server.transactions import TransactionDriver
+    from exactly.share import ShareCoordinator
     from exactly.txn import ProducerIdManager, TransactionCoordinator
 
 Clock = Callable[[], int]
@@ -64,5 +67,6 @@ class Services:
     credentials: ScramCredentialStore
     identity: BrokerIdentity
     config: BrokerConfig
+    share: ShareCoordinator
     clock: Clock = wall_clock_ms
     answers: dict[Hashable, bytes] = field(default_factory=dict)

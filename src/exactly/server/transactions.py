@@ -3,8 +3,10 @@
 The coordinator (exactly.txn) decides; the driver writes. A decided transaction is finished in
 the order that keeps DESIGN invariant 4: the PrepareCommit/PrepareAbort record is made durable,
 then a marker goes into every partition of the transaction (and pending transactional offsets in
-`__consumer_offsets` are applied or dropped), those are made durable, and only then is the
-transaction recorded complete.
+`__consumer_offsets` are applied or dropped, and so are the share acknowledgements staged in
+`__share_group_state` by TxnShareAcknowledge, KIP-1289), those are made durable, and only then is
+the transaction recorded complete. Markers that come from elsewhere (WriteTxnMarkers) take the
+same path, and so do the aborts of orphaned transactions found on start.
 
 EndTxn is answered once the decision is durable, as in Apache Kafka: the outcome is fixed from
 then on (a restart rolls it forward), and the markers follow in a task of their own, which the
@@ -32,17 +34,20 @@ from exactly.log.errors import LogError
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.structs import TopicPartition
 from exactly.server.appends import AppendService
+from exactly.share.coordinator import ShareCoordinator
+from exactly.share.state_store import SHARE_STATE_TOPIC
 from exactly.txn import TransactionCoordinator, TxnMarkers
 
 log = logging.getLogger("exactly.transactions")
 
-
 class TransactionDriver:
     def __init__(self, *, coordinator: TransactionCoordinator, groups: GroupCoordinator,
                  logs: LogManager, appends: AppendService, clock: Callable[[], int],
-                 transaction_version: int, verification_enabled: bool) -> None:
+                 transaction_version: int, verification_enabled: bool,
+                 share: ShareCoordinator | None = None) -> None:
         self.coordinator = coordinator
         self.groups = groups
+        self.share = share  # None: a broker without share groups (some tests build one)
         self.logs = logs
         self.appends = appends
         self.clock = clock
@@ -115,6 +120,9 @@ class TransactionDriver:
             self.appends.notify_append(plog)
             if topic == OFFSETS_TOPIC:
                 self.groups.complete_txn(partition, producer_id, commit, now)
+            elif topic == SHARE_STATE_TOPIC and self.share is not None:
+                # Appended after the marker, to the same partition: synced with it.
+                self.share.complete_txn(partition, producer_id, commit, now)
         return errors, written
 
     async def finish(self, markers: TxnMarkers) -> tuple[int, int]:
@@ -142,8 +150,10 @@ class TransactionDriver:
         task.add_done_callback(self._background.discard)
 
     async def abort_timed_out(self) -> None:
-        """Abort the transactions past their timeout (the coordinator's tick decides which)."""
-        for markers in self.coordinator.tick(self.clock()):
+        """Abort the transactions past their timeout or their producer's session timeout
+        (KIP-1309); the coordinator's tick decides which."""
+        decided = self.coordinator.tick(self.clock())
+        for markers in decided:
             log.info("transaction %r timed out: aborting it", markers.transactional_id)
             await self.finish(markers)
 

@@ -7,6 +7,8 @@ tagged fields PrevProducerId (tag 0), NextProducerId (tag 1) and ClientTransacti
 KIP-939 adds NextProducerEpoch. The seed gives it tag 2, but Apache Kafka's schema (and every
 record Exactly wrote before) already has ClientTransactionVersion on tag 2, so it goes on the next
 free tag, 3: an int16 on tag 2 would be misread either way.
+KIP-1309's session timeout (InitProducerId v7) is Exactly's own tagged field, on tag 1309 (the
+KIP's number, far from the small tags Kafka hands out): Kafka's reader skips a tag it does not know.
 We write version 1 and read both. A value of None is a tombstone: the transactional id expired.
 """
 
@@ -32,6 +34,7 @@ _TAG_PREV_PRODUCER_ID = 0
 _TAG_NEXT_PRODUCER_ID = 1
 _TAG_CLIENT_TXN_VERSION = 2
 _TAG_NEXT_PRODUCER_EPOCH = 3
+_TAG_SESSION_TIMEOUT = 1309
 
 
 class TxnCodecError(ValueError):
@@ -52,6 +55,7 @@ class TxnLogValue:
     next_producer_id: int = -1
     client_transaction_version: int = 0
     next_producer_epoch: int = -1
+    session_timeout_ms: int = -1
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -97,6 +101,8 @@ def encode_value(v: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
         tags.append((_TAG_CLIENT_TXN_VERSION, I16.pack(v.client_transaction_version)))
     if v.next_producer_epoch != -1:
         tags.append((_TAG_NEXT_PRODUCER_EPOCH, I16.pack(v.next_producer_epoch)))
+    if v.session_timeout_ms != -1:
+        tags.append((_TAG_SESSION_TIMEOUT, I32.pack(v.session_timeout_ms)))
     write_uvarint(out, len(tags))
     for tag, data in tags:
         write_uvarint(out, tag)
@@ -154,8 +160,9 @@ def decode_value(data: bytes) -> TxnLogValue:
     nxt = _tag_int(tags, _TAG_NEXT_PRODUCER_ID, I64, -1)
     ctv = _tag_int(tags, _TAG_CLIENT_TXN_VERSION, I16, 0)
     next_epoch = _tag_int(tags, _TAG_NEXT_PRODUCER_EPOCH, I16, -1)
+    session = _tag_int(tags, _TAG_SESSION_TIMEOUT, I32, -1)
     return TxnLogValue(producer_id, epoch, timeout, status, partitions, last_update, start, prev,
-                       nxt, ctv, next_epoch)
+                       nxt, ctv, next_epoch, session)
 
 
 def _partition_ids(r: Reader, count: int) -> tuple[int, ...]:

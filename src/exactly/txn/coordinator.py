@@ -1,11 +1,13 @@
 """The transaction coordinator: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-marker completion and timers, as a sans-IO state machine.
+TxnHeartbeat, marker completion and timers, as a sans-IO state machine.
 
 The rules are KIP-98's "Transaction Coordinator Request Handling", with the epoch bump of KIP-360
 (InitProducerId with a producer id and epoch) and KIP-890 (verifyOnly, an epoch bump on every
 EndTxn of a transaction-version-2 client, producer id rotation when the epoch overflows), as Apache
 Kafka's TransactionCoordinator implements them, and KIP-939 (Enable2Pc: no timeout;
-KeepPreparedTxn: a second producer id/epoch pair, its rules in `two_phase.py`). Every call that
+KeepPreparedTxn: a second producer id/epoch pair, its rules in `two_phase.py`), and KIP-1309
+(a session timeout announced with InitProducerId v7, kept alive by TxnHeartbeat; the tick aborts
+an Ongoing transaction whose producer went silent, never a 2PC one). Every call that
 changes state appends its record(s) to `__transaction_state` before it returns; the caller makes
 that durable (`log_for(transactional_id)`) before it answers the client. The states, the events
 that move them and the rules that must never break are in state.py.
@@ -30,6 +32,7 @@ from exactly.txn.state import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    NO_SESSION,
     NO_TIMEOUT,
     EndResult,
     InitResult,
@@ -60,13 +63,17 @@ class TransactionCoordinator:
         self.loaded_ms = now_ms
         self.state_manager = TransactionStateManager(logs, config.num_partitions,
                                                      config.segment_bytes)
+        # Transactions the tick aborted, by reason: "timeout" (transaction.timeout.ms) and
+        # "session" (KIP-1309: no heartbeat for the session timeout). The broker's metrics.
+        self.expired_aborts: dict[str, int] = {"timeout": 0, "session": 0}
 
     # -- InitProducerId -------------------------------------------------------------------------
 
     def init_producer_id(self, transactional_id: str, txn_timeout_ms: int,
                          producer_id: int = NO_PRODUCER_ID,
                          producer_epoch: int = NO_PRODUCER_EPOCH, *, now_ms: int,
-                         enable_2pc: bool = False, keep_prepared_txn: bool = False) -> InitResult:
+                         enable_2pc: bool = False, keep_prepared_txn: bool = False,
+                         session_timeout_ms: int = NO_SESSION) -> InitResult:
         """InitProducerId with a transactional id (the broker answers the idempotent-only case).
 
         `producer_id`/`producer_epoch` are the KIP-360 form (v3+): a producer that already has an
@@ -75,11 +82,19 @@ class TransactionCoordinator:
         timeout is stored as -1, `txn_timeout_ms` is ignored); with `keep_prepared_txn` an
         ongoing transaction is kept, not aborted (see `_keep`). Whether 2PC is allowed at all
         (`transaction.two.phase.commit.enable`, ACLs) is the broker's decision, made before.
+
+        KIP-1309 (v7): `session_timeout_ms` > 0 aborts the producer's Ongoing transaction when
+        nothing is heard from it for that long; -1 for none. A 2PC producer has no session: a
+        prepared transaction waits for its decision however long it takes.
         """
         if not transactional_id:
             return InitResult(ErrorCode.invalid_request)
+        if session_timeout_ms != NO_SESSION and not (
+                0 < session_timeout_ms <= self.config.max_timeout_ms):
+            return InitResult(ErrorCode.invalid_transaction_timeout)
         if enable_2pc:
             txn_timeout_ms = NO_TIMEOUT
+            session_timeout_ms = NO_SESSION
         elif not 0 < txn_timeout_ms <= self.config.max_timeout_ms:
             return InitResult(ErrorCode.invalid_transaction_timeout)
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
@@ -101,14 +116,15 @@ class TransactionCoordinator:
                 # Stricter than Kafka: a stale producer must not abort a newer transaction.
                 return InitResult(ErrorCode.producer_fenced)
             if keep_prepared_txn:
-                return self._keep(meta, txn_timeout_ms, now_ms)
+                return self._keep(meta, txn_timeout_ms, session_timeout_ms, now_ms)
             # Fence the current instance: abort its transaction with a bumped epoch. That epoch
             # is never returned; the client retries and gets a second bump once it is aborted.
             return InitResult(ErrorCode.concurrent_transactions,
                               markers=self._fence_and_abort(meta, now_ms))
-        return self._init_idle(meta, txn_timeout_ms, expected, now_ms)
+        return self._init_idle(meta, txn_timeout_ms, session_timeout_ms, expected, now_ms)
 
-    def _keep(self, meta: TxnMetadata, txn_timeout_ms: int, now_ms: int) -> InitResult:
+    def _keep(self, meta: TxnMetadata, txn_timeout_ms: int, session_timeout_ms: int,
+              now_ms: int) -> InitResult:
         """KIP-939 KeepPreparedTxn on an ongoing transaction: it keeps its producer id and epoch
         (its markers will use them, +1); the client gets a newer identity, NextProducerId/
         NextProducerEpoch, which fences every earlier instance."""
@@ -116,6 +132,7 @@ class TransactionCoordinator:
         new.next_producer_id, new.next_producer_epoch = keep_identity(
             meta, self.producer_ids.generate)
         new.txn_timeout_ms = txn_timeout_ms
+        new.session_timeout_ms, new.last_heard_ms = session_timeout_ms, now_ms
         new.txn_last_update_ms = now_ms
         new.last_producer_id, new.last_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         new.transition(TxnState.ONGOING)
@@ -128,10 +145,11 @@ class TransactionCoordinator:
                           ongoing_producer_id=new.producer_id,
                           ongoing_producer_epoch=new.producer_epoch)
 
-    def _init_idle(self, meta: TxnMetadata, txn_timeout_ms: int,
+    def _init_idle(self, meta: TxnMetadata, txn_timeout_ms: int, session_timeout_ms: int,
                    expected: tuple[int, int] | None, now_ms: int) -> InitResult:
         new = meta.copy()
         new.txn_timeout_ms = txn_timeout_ms
+        new.session_timeout_ms, new.last_heard_ms = session_timeout_ms, now_ms
         new.txn_last_update_ms = now_ms
         new.txn_start_ms = -1
         new.partitions.clear()
@@ -220,18 +238,27 @@ class TransactionCoordinator:
         return self._add(transactional_id, producer_id, producer_epoch, [offsets_partition],
                          now_ms, client_transaction_version)
 
+    def add_to_ongoing(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: Sequence[tuple[str, int]], *, now_ms: int) -> ErrorCode:
+        """A write the broker makes for a producer joins its open transaction (KIP-1289: the
+        `__share_group_state` partition where TxnShareAcknowledge stages acknowledgements), as
+        KIP-890's implicit add does for Produce. Unlike Produce it begins no transaction: one
+        must be Ongoing for this producer id and epoch, else INVALID_TXN_STATE (or the
+        identity's error: PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING). The client's
+        transaction version is kept as it is."""
+        meta = self._heard_from(transactional_id, producer_id, producer_epoch, now_ms)
+        if isinstance(meta, ErrorCode):
+            return meta
+        if meta.state is not TxnState.ONGOING:
+            return ErrorCode.invalid_txn_state
+        return self._add(transactional_id, producer_id, producer_epoch, partitions, now_ms,
+                         meta.client_transaction_version)
+
     def _add(self, transactional_id: str, producer_id: int, producer_epoch: int,
              partitions: Sequence[tuple[str, int]], now_ms: int, ctv: int) -> ErrorCode:
-        if not transactional_id:
-            return ErrorCode.invalid_request
-        meta = self.state_manager.get(transactional_id)
-        if meta is None:
-            return ErrorCode.invalid_producer_id_mapping
-        error = _check_identity(meta, producer_id, producer_epoch)
-        if error is not None:
-            return error
-        if meta.state.is_prepare or meta.state is TxnState.PREPARE_EPOCH_FENCE:
-            return ErrorCode.concurrent_transactions
+        meta = self._heard_from(transactional_id, producer_id, producer_epoch, now_ms)
+        if isinstance(meta, ErrorCode):
+            return meta
         if meta.is_kept:
             # KIP-939: after KeepPreparedTxn only commit/abort may follow; a write under the new
             # identity would get no marker (the markers carry the kept transaction's id).
@@ -272,6 +299,48 @@ class TransactionCoordinator:
         return {tp: (ErrorCode.none if ongoing and tp in meta.partitions
                      else ErrorCode.invalid_txn_state)
                 for tp in partitions}
+
+    # -- TxnHeartbeat (KIP-1309) ------------------------------------------------------------------
+
+    def heartbeat(self, transactional_id: str, producer_id: int, producer_epoch: int, *,
+                  now_ms: int) -> ErrorCode:
+        """The producer holding this identity is alive: its open transaction's session deadline
+        moves to `now_ms` + the session timeout. Writes nothing.
+
+        The identity is checked as for EndTxn: an older epoch (a newer session of the id, or a
+        transaction the coordinator aborted) is PRODUCER_FENCED, another producer id
+        INVALID_PRODUCER_ID_MAPPING. With no transaction open the answer is NONE (the session
+        may begin one; the coordinator learns of it with its first partition); while markers are
+        being written, CONCURRENT_TRANSACTIONS."""
+        meta = self._heard_from(transactional_id, producer_id, producer_epoch, now_ms)
+        return meta if isinstance(meta, ErrorCode) else ErrorCode.none
+
+    def _heard_from(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                    now_ms: int) -> TxnMetadata | ErrorCode:
+        """The checks of a producer's request within its transaction (KIP-98 steps 1-2, and no
+        markers being written): the id's metadata if they pass, and then the producer counts as
+        heard from (KIP-1309; memory only, not state); the error to answer otherwise."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        meta = self.state_manager.get(transactional_id)
+        if meta is None:
+            return ErrorCode.invalid_producer_id_mapping
+        error = _check_identity(meta, producer_id, producer_epoch)
+        if error is not None:
+            return error
+        if meta.state.is_prepare or meta.state is TxnState.PREPARE_EPOCH_FENCE:
+            return ErrorCode.concurrent_transactions
+        meta.last_heard_ms = now_ms
+        return meta
+
+    def _session_expired(self, meta: TxnMetadata, now_ms: int) -> bool:
+        """KIP-1309: an Ongoing transaction whose producer was silent for its session timeout.
+        Never a 2PC transaction (invariant 5). After a restart the deadline counts from the
+        load: the producer gets a whole session to be heard again."""
+        if (meta.state is not TxnState.ONGOING or meta.is_two_phase
+                or meta.session_timeout_ms == NO_SESSION):
+            return False
+        return now_ms > max(meta.last_heard_ms, self.loaded_ms) + meta.session_timeout_ms
 
     # -- EndTxn ---------------------------------------------------------------------------------
 
@@ -390,9 +459,10 @@ class TransactionCoordinator:
         return done.producer_id, done.producer_epoch
 
     def tick(self, now_ms: int) -> list[TxnMarkers]:
-        """Abort timed-out transactions (fencing the producer) and expire idle transactional ids.
-        A 2PC transaction (KIP-939, timeout -1) never times out: only its client or an
-        operator's InitProducerId ends it.
+        """Abort timed-out transactions and those whose producer's session expired (KIP-1309),
+        fencing the producer, and expire idle transactional ids. A 2PC transaction (KIP-939,
+        timeout -1) never times out and has no session: only its client or an operator's
+        InitProducerId ends it.
 
         Returns the abort markers the broker must write (then `markers_written`)."""
         markers: list[TxnMarkers] = []
@@ -406,6 +476,16 @@ class TransactionCoordinator:
                              "started_ms=%d timeout_ms=%d", txn_id, meta.producer_id,
                              meta.producer_epoch, meta.txn_start_ms, meta.txn_timeout_ms)
                     m = self._fence_and_abort(meta, now_ms)
+                    self.expired_aborts["timeout"] += 1
+                    if m is not None:
+                        markers.append(m)
+                elif self._session_expired(meta, now_ms):
+                    log.info("event=txn_session_timeout transactional_id=%r producer_id=%d "
+                             "epoch=%d last_heard_ms=%d session_timeout_ms=%d", txn_id,
+                             meta.producer_id, meta.producer_epoch,
+                             max(meta.last_heard_ms, self.loaded_ms), meta.session_timeout_ms)
+                    m = self._fence_and_abort(meta, now_ms)
+                    self.expired_aborts["session"] += 1
                     if m is not None:
                         markers.append(m)
                 elif meta.state.is_idle and now_ms - meta.txn_last_update_ms > expiration:

@@ -28,9 +28,10 @@ The events that move them, and who sends each:
                                            partition, on to CompleteX in the same batch. A
                                            transaction-version-2 abort with nothing open:
                                            idle -> PrepareAbort -> CompleteAbort, epoch + 1
-    transaction timeout, fence   coordinator (tick, InitProducerId)
-                                           Ongoing -> PrepareEpochFence -> PrepareAbort with
+    transaction timeout, fence,  coordinator (tick, InitProducerId)
+    session timeout (KIP-1309)             Ongoing -> PrepareEpochFence -> PrepareAbort with
                                            epoch + 1: the producer is fenced, its data aborted
+    TxnHeartbeat (KIP-1309)      client    no move: the producer is alive (see Sessions)
     markers written              broker    PrepareX -> CompleteX (`markers_written`)
     id expiration                coordinator (tick)
                                            idle past transactional.id.expiration.ms -> Dead
@@ -61,15 +62,22 @@ Identities:
   NextProducerId/NextProducerEpoch are the client's. Each such InitProducerId moves the client's
   pair on, which fences every earlier instance; only commit or abort may follow.
 
+Sessions (KIP-1309): InitProducerId v7 announces a session timeout (`session_timeout_ms`, -1
+for none). While a transaction is Ongoing, every TxnHeartbeat, AddPartitionsToTxn or
+AddOffsetsToTxn of its producer counts as a sign of life (`last_heard_ms`, memory only); when none
+came for the session timeout, the tick aborts the transaction as a transaction timeout would, long
+before `transaction.timeout.ms`. The timeout is written with the id's records (a tagged field), so
+after a restart an open transaction keeps its session with a fresh deadline counted from the load.
+
 Rules that must never break:
 
 1. An epoch never goes down for one producer id (a record that would lower it is refused on load).
 2. Once PrepareX is in the log the outcome never changes (invariant 4).
 3. A fenced identity (an older epoch, or a kept transaction's own pair) never adds to, commits or
    aborts a newer transaction (invariant 6).
-4. A 2PC transaction (Enable2Pc, timeout -1) never times out and is never aborted by
-   InitProducerId with KeepPreparedTxn: only its client's EndTxn or a force-terminate
-   (InitProducerId without it) ends it (invariant 5).
+4. A 2PC transaction (Enable2Pc, timeout -1) never times out, has no session (a missing
+   heartbeat never aborts it) and is never aborted by InitProducerId with KeepPreparedTxn: only
+   its client's EndTxn or a force-terminate (InitProducerId without it) ends it (invariant 5).
 5. Memory never runs ahead of the log: a failed append leaves the state as it was.
 """
 
@@ -85,6 +93,7 @@ MAX_EPOCH = 32767  # Short.MaxValue
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_TIMEOUT = -1  # TransactionTimeoutMs of a 2PC transaction (KIP-939): it never times out
+NO_SESSION = -1  # TransactionSessionTimeoutMs of a producer without heartbeats (KIP-1309)
 
 
 class TxnState(enum.IntEnum):
@@ -194,13 +203,19 @@ class TxnMetadata:
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     last_producer_id: int = NO_PRODUCER_ID
     client_transaction_version: int = 0
+    # KIP-1309: abort an Ongoing transaction when nothing was heard from its producer for this
+    # long (ms); NO_SESSION for none. In the log (a tagged field), unlike the time last heard,
+    # which is a clock reading, not state: left out of comparisons.
+    session_timeout_ms: int = NO_SESSION
+    last_heard_ms: int = field(default=-1, compare=False)
 
     def copy(self) -> TxnMetadata:
         return TxnMetadata(
             self.transactional_id, self.producer_id, self.producer_epoch, self.txn_timeout_ms,
             self.state, self.txn_last_update_ms, self.txn_start_ms, set(self.partitions),
             self.prev_producer_id, self.next_producer_id, self.next_producer_epoch,
-            self.last_producer_epoch, self.last_producer_id, self.client_transaction_version)
+            self.last_producer_epoch, self.last_producer_id, self.client_transaction_version,
+            self.session_timeout_ms, self.last_heard_ms)
 
     def transition(self, new_state: TxnState) -> None:
         if self.state not in VALID_PREVIOUS[new_state]:

@@ -38,7 +38,8 @@ def to_value(meta: TxnMetadata) -> TxnLogValue:
     return TxnLogValue(meta.producer_id, meta.producer_epoch, meta.txn_timeout_ms, int(meta.state),
                        partitions, meta.txn_last_update_ms, meta.txn_start_ms,
                        meta.prev_producer_id, meta.next_producer_id,
-                       meta.client_transaction_version, meta.next_producer_epoch)
+                       meta.client_transaction_version, meta.next_producer_epoch,
+                       meta.session_timeout_ms)
 
 
 def from_value(transactional_id: str, v: TxnLogValue) -> TxnMetadata:
@@ -50,7 +51,8 @@ def from_value(transactional_id: str, v: TxnLogValue) -> TxnMetadata:
     meta = TxnMetadata(transactional_id, v.producer_id, v.producer_epoch, v.txn_timeout_ms, state,
                        v.last_update_ms, v.start_ms, partitions, v.prev_producer_id,
                        v.next_producer_id, next_epoch,
-                       client_transaction_version=v.client_transaction_version)
+                       client_transaction_version=v.client_transaction_version,
+                       session_timeout_ms=v.session_timeout_ms)
     if v.client_transaction_version >= 2 and (state.is_prepare or state.is_complete):
         meta.last_producer_id, meta.last_producer_epoch = _ended_by(meta)
     return meta

@@ -14,13 +14,16 @@ from exactly.server.handlers import (
     metadata,
     produce,
     sasl,
+    share,
+    share_admin,
+    share_txn,
     topics,
     txn,
 )
 
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, topics, configs, groups, txn,
-                acls, sasl):
+                acls, sasl, share, share_admin, share_txn):
     HANDLERS.update(_module.HANDLERS)
 
 _missing = set(SUPPORTED) - set(HANDLERS)

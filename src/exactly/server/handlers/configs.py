@@ -10,6 +10,7 @@ from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import CLUSTER_NAME, Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
+from exactly.server.handlers import share_admin
 from exactly.server.handlers.common import NO_THROTTLE, advertised_address
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     )
 
 TOPIC, BROKER = 2, 4
-SOURCE = {"TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+GROUP = 32  # group configs (KIP-848, KIP-932): the share groups' ones, in handlers/share_admin.py
+SOURCE = {"TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5, "GROUP_CONFIG": 8}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -38,6 +40,8 @@ class _Resource(Protocol):
 
 def _entries(ctx: RequestContext, resource: _Resource) -> list[tuple[str, str | None, str, bool, bool]]:
     """(name, value, source, read_only, sensitive) of a resource; raises LookupError if unknown."""
+    if resource.resource_type == GROUP:
+        return share_admin.group_config_entries(ctx, resource.resource_name)
     if resource.resource_type == TOPIC:
         if ctx.services.logs.topic(resource.resource_name) is None:
             raise LookupError(resource.resource_name)
@@ -52,6 +56,9 @@ def _denied(ctx: RequestContext, operation: Operation, res: _Resource) -> ErrorC
     if res.resource_type == TOPIC:
         if not ctx.authorize(operation, ResourceType.TOPIC, res.resource_name):
             return ErrorCode.topic_authorization_failed
+    elif res.resource_type == GROUP and not ctx.authorize(operation, ResourceType.GROUP,
+                                                          res.resource_name):
+        return ErrorCode.group_authorization_failed
     elif res.resource_type == BROKER and not ctx.authorize(operation, ResourceType.CLUSTER,
                                                            CLUSTER_NAME):
         return ErrorCode.cluster_authorization_failed
@@ -68,7 +75,7 @@ async def handle_describe_configs(ctx: RequestContext,
             error = denied
         elif res.resource_type == BROKER and res.resource_name not in ("", str(ctx.services.identity.node_id)):
             error, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
-        elif res.resource_type not in (TOPIC, BROKER):
+        elif res.resource_type not in (TOPIC, BROKER, GROUP):
             error, message = ErrorCode.invalid_request, f"resource type {res.resource_type} not supported"
         else:
             try:
@@ -100,6 +107,9 @@ async def handle_incremental_alter_configs(ctx: RequestContext,
         denied = _denied(ctx, Operation.ALTER_CONFIGS, res)
         if denied is not None:
             error = denied
+        elif res.resource_type == GROUP:
+            error, message = await share_admin.alter_group_resource(ctx, res,
+                                                                    request.validate_only)
         elif res.resource_type != TOPIC:
             error = ErrorCode.invalid_request
             message = "only topic configs can be altered; broker configs are static"

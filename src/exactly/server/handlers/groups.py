@@ -1,6 +1,6 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-TxnOffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups — thin adapters over
-`exactly.groups`.
+TxnOffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, and KIP-848's
+ConsumerGroupHeartbeat and ConsumerGroupDescribe — thin adapters over `exactly.groups`.
 
 The coordinator is sans-IO: parked JoinGroup/SyncGroup answers come through callbacks, which
 these handlers turn into futures.
@@ -14,17 +14,22 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from exactly.groups import OFFSETS_TOPIC, GroupCoordinator, JoinResult, OffsetToCommit, SyncResult
+from exactly.groups.assignors import Assignment
+from exactly.groups.consumer_coordinator import ConsumerHeartbeat, new_member_id
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.protocol.structs import TopicPartition
 from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
+from exactly.server.handlers import share
 from exactly.server.handlers.common import advertised_address
 
 if TYPE_CHECKING:
     from kio.static.protocol import ResponsePayload
 
     from exactly.protocol.requests import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupHeartbeatRequest,
         DeleteGroupsRequest,
         DescribeGroupsRequest,
         FindCoordinatorRequest,
@@ -247,7 +252,7 @@ async def handle_offset_commit(ctx: RequestContext,
             group_id=request.group_id, member_id=request.member_id,
             group_instance_id=getattr(request, "group_instance_id", None),
             generation_id=request.generation_id_or_member_epoch, offsets=offsets,
-            now_ms=ctx.services.clock(),
+            now_ms=ctx.services.clock(), api_version=ctx.api_version,
         )
         errors.update(result.errors)
         if result.log is not None:
@@ -412,14 +417,19 @@ async def handle_offset_fetch(ctx: RequestContext,
                               request: OffsetFetchRequest) -> ResponsePayload:
     stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
-        groups = tuple(
-            ctx.nested("OffsetFetchResponseGroup", group_id=g.group_id,
-                       error_code=_group_error(ctx, g.group_id),
-                       topics=_fetch_topics(ctx, g.group_id, g.topics, suffix="s",
-                                            require_stable=stable))
-            for g in cast("OffsetFetchRequestFromV8", request).groups
-        )
-        return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
+        groups = []
+        for g in cast("OffsetFetchRequestFromV8", request).groups:
+            error = _group_error(ctx, g.group_id)
+            if error is ErrorCode.none:
+                # v9: a consumer-group member's fetch carries its id and epoch (KIP-848).
+                error = _coordinator(ctx).validate_offset_fetch(
+                    g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            groups.append(ctx.nested(
+                "OffsetFetchResponseGroup", group_id=g.group_id, error_code=error,
+                topics=(_fetch_topics(ctx, g.group_id, g.topics, suffix="s",
+                                      require_stable=stable)
+                        if error is ErrorCode.none else ())))
+        return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(groups))
     single = cast("OffsetFetchRequestUpToV7", request)
     topics = _fetch_topics(ctx, single.group_id, single.topics, suffix="",
                            require_stable=stable)
@@ -448,6 +458,13 @@ async def handle_describe_groups(ctx: RequestContext,
                 group_id=group_id, group_state="", protocol_type="", protocol_data="",
                 members=(), authorized_operations=-(2**31)))
             continue
+        if share.is_share_group(ctx, group_id):  # KIP-932: not a classic group
+            described.append(ctx.nested(
+                "DescribedGroup", error_code=ErrorCode.group_id_not_found,
+                error_message=f"group {group_id} is a share group: use ShareGroupDescribe",
+                group_id=group_id, group_state="Dead", protocol_type="", protocol_data="",
+                members=(), authorized_operations=-(2**31)))
+            continue
         d = coordinator.describe_group(group_id)
         members = tuple(
             ctx.nested("DescribedGroupMember", member_id=m.member_id,
@@ -468,13 +485,13 @@ async def handle_describe_groups(ctx: RequestContext,
 async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ResponsePayload:
     states = set(getattr(request, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
-    # Every group here is a classic group (KIP-848 consumer groups are not implemented).
-    listed = [] if types and "classic" not in types else _coordinator(ctx).list_groups(states)
+    listed = [g for g in _coordinator(ctx).list_groups(states) + share.listings(ctx, states)
+              if not types or g.group_type in types]
     if not ctx.authorize(Operation.DESCRIBE):  # else only the groups it may describe
         listed = [g for g in listed if _may(ctx, Operation.DESCRIBE, g.group_id)]
     groups = tuple(
         ctx.nested("ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type,
-                   group_state=g.state, group_type="classic")
+                   group_state=g.state, group_type=g.group_type)
         for g in listed
     )
     return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)
@@ -485,6 +502,9 @@ async def handle_delete_groups(ctx: RequestContext,
     names: list[str] = list(request.groups_names)
     allowed = [n for n in names if _may(ctx, Operation.DELETE, n)]
     errors = dict.fromkeys(names, ErrorCode.group_authorization_failed)
+    shared = [n for n in allowed if share.is_share_group(ctx, n)]  # KIP-932
+    errors.update(await share.delete_share_groups(ctx, shared))
+    allowed = [n for n in allowed if n not in shared]
     if allowed:
         errors.update(_coordinator(ctx).delete_groups(allowed, ctx.services.clock()))
     results = tuple(
@@ -492,6 +512,116 @@ async def handle_delete_groups(ctx: RequestContext,
         for name in names
     )
     return ctx.response(throttle_time=NO_THROTTLE, results=results)
+
+
+# -- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) --------------------------------
+
+
+def _assignment(topic_partitions: Sequence[Any] | None) -> Assignment | None:
+    if topic_partitions is None:
+        return None
+    result: Assignment = {}
+    for tp in topic_partitions:
+        if tp.topic_id is not None and tp.partitions:
+            result[tp.topic_id] = result.get(tp.topic_id, frozenset()) | frozenset(tp.partitions)
+    return result
+
+
+def _topic_partitions(ctx: RequestContext, assignment: Assignment, *,
+                      names: bool = False) -> tuple[Any, ...]:
+    logs = ctx.services.logs
+    entries = []
+    for topic_id in sorted(assignment, key=str):
+        fields: dict[str, Any] = {"topic_id": topic_id,
+                                  "partitions": tuple(sorted(assignment[topic_id]))}
+        if names:
+            info = logs.topic_by_id(topic_id)
+            fields["topic_name"] = info.name if info is not None else ""
+        entries.append(ctx.nested("TopicPartitions", **fields))
+    return tuple(entries)
+
+
+async def handle_consumer_group_heartbeat(
+        ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> ResponsePayload:
+    def refuse(error: ErrorCode, message: str | None) -> ResponsePayload:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message,
+                            member_id=None, member_epoch=-1,
+                            heartbeat_interval=datetime.timedelta(0),
+                            assignment=None)
+
+    if not _may(ctx, Operation.READ, request.group_id):
+        return refuse(ErrorCode.group_authorization_failed, None)
+    member_id = request.member_id
+    if not member_id and ctx.api_version == 0 and request.member_epoch == 0:
+        member_id = new_member_id()  # v0: the coordinator names new members
+    result = _coordinator(ctx).consumer_heartbeat(ConsumerHeartbeat(
+        group_id=request.group_id, member_id=member_id, member_epoch=request.member_epoch,
+        instance_id=request.instance_id, rack_id=request.rack_id,
+        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        subscribed_topic_names=(tuple(request.subscribed_topic_names)
+                                if request.subscribed_topic_names is not None else None),
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor,
+        owned=_assignment(request.topic_partitions),
+        client_id=ctx.client_id or "", client_host=ctx.client_host,
+    ), ctx.services.clock())
+    if result.error is not ErrorCode.none:
+        return refuse(result.error, result.error_message)
+    if result.log is not None:
+        # Answer only once the group's new state is durable under the flush policy.
+        await ctx.services.appends.sync([result.log])
+    assignment = None
+    if result.assignment is not None:
+        assignment = ctx.nested("Assignment",
+                                topic_partitions=_topic_partitions(ctx, result.assignment))
+    return ctx.response(
+        throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+        member_id=result.member_id, member_epoch=result.member_epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
+        assignment=assignment)
+
+
+async def handle_consumer_group_describe(
+        ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> ResponsePayload:
+    consumer = _coordinator(ctx).consumer
+    default_assignor = consumer.config.consumer_assignors[0]
+    described = []
+    for group_id in request.group_ids:
+        base = {"group_id": group_id, "group_state": "", "group_epoch": -1,
+                "assignment_epoch": -1, "assignor_name": "", "members": (),
+                "authorized_operations": -(2**31)}
+        if not _may(ctx, Operation.DESCRIBE, group_id):
+            described.append(ctx.nested("DescribedGroup", **base,
+                                        error_code=ErrorCode.group_authorization_failed))
+            continue
+        group = consumer.describe(group_id)
+        if group is None or group.consumer is None:
+            described.append(ctx.nested(
+                "DescribedGroup", **base, error_code=ErrorCode.group_id_not_found,
+                error_message=f"Group {group_id} is not a consumer group."))
+            continue
+        cg = group.consumer
+        members = tuple(
+            ctx.nested(
+                "Member", member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+                subscribed_topic_names=tuple(m.subscribed_topic_names),
+                subscribed_topic_regex=m.subscribed_topic_regex,
+                assignment=ctx.nested("Assignment", topic_partitions=_topic_partitions(
+                    ctx, m.assigned, names=True)),
+                target_assignment=ctx.nested("Assignment", topic_partitions=_topic_partitions(
+                    ctx, cg.target.get(m.member_id, {}), names=True)),
+                member_type=0 if m.classic is not None else 1)  # classic / consumer
+            for m in cg.members.values())
+        with_ops = request.include_authorized_operations
+        described.append(ctx.nested(
+            "DescribedGroup", error_code=ErrorCode.none, error_message=None, group_id=group_id,
+            group_state=cg.state_name(), group_epoch=cg.group_epoch,
+            assignment_epoch=cg.assignment_epoch,
+            assignor_name=cg.preferred_assignor(default_assignor), members=members,
+            authorized_operations=(ctx.authorized_operations(ResourceType.GROUP, group_id)
+                                   if with_ops else -(2**31))))
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
 HANDLERS: dict[int, Handler] = {
@@ -506,4 +636,6 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     ApiKey.LIST_GROUPS: handle_list_groups,
     ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
 }

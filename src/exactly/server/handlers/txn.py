@@ -1,6 +1,6 @@
 """The transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-WriteTxnMarkers, and the operator's views ListTransactions, DescribeTransactions,
-DescribeProducers."""
+TxnHeartbeat (KIP-1309, a draft: exactly.protocol.drafts), WriteTxnMarkers, and the operator's
+views ListTransactions, DescribeTransactions, DescribeProducers."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         EndTxnRequest,
         InitProducerIdRequest,
         ListTransactionsRequest,
+        TxnHeartbeatRequest,
         WriteTxnMarkersRequest,
     )
 
@@ -77,11 +78,14 @@ async def handle_init_producer_id(ctx: RequestContext,
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
+    # v7 (KIP-1309): the producer's session timeout; -1 (and every older version): no session.
+    session_ms = int(getattr(request, "transaction_session_timeout_ms", -1))
 
     def init() -> Any:
         return services.txn.init_producer_id(txn_id, timeout_ms, pid, epoch,
                                              now_ms=services.clock(), enable_2pc=enable_2pc,
-                                             keep_prepared_txn=keep_prepared_txn)
+                                             keep_prepared_txn=keep_prepared_txn,
+                                             session_timeout_ms=session_ms)
 
     await services.transactions.wait_for_markers(txn_id)
     result = init()
@@ -240,6 +244,21 @@ async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest) -> bytes:
                                   result.producer_epoch)
 
 
+async def handle_txn_heartbeat(ctx: RequestContext,
+                               request: TxnHeartbeatRequest) -> ResponsePayload:
+    """KIP-1309: the producer is alive; its open transaction's session deadline moves on.
+    Nothing is written, so nothing is synced."""
+    services = ctx.services
+    if not _may_write(ctx, request.transactional_id):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.transactional_id_authorization_failed)
+    # No wait for markers being written, unlike EndTxn: the coordinator answers a fenced
+    # identity PRODUCER_FENCED and the current one CONCURRENT_TRANSACTIONS meanwhile.
+    error = services.txn.heartbeat(request.transactional_id, request.producer_id,
+                                   request.producer_epoch, now_ms=services.clock())
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error)
+
+
 async def handle_write_txn_markers(ctx: RequestContext,
                                    request: WriteTxnMarkersRequest) -> ResponsePayload:
     """Markers sent by a coordinator (another broker's, or an operator's tool)."""
@@ -371,6 +390,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
     ApiKey.END_TXN: handle_end_txn,
+    ApiKey.TXN_HEARTBEAT: handle_txn_heartbeat,
     ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
     ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
     ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
