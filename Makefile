@@ -21,15 +21,15 @@ $(STAMP):
 	@touch $@
 
 # The suite runs in two parts: most tests on PYTEST_WORKERS pytest-xdist workers (they mostly
-# wait on broker processes, so three share two cores well; the Spark tests keep to one worker,
-# see tests/conftest.py), then the tests marked `serial`, which measure the broker's memory or
-# latency, alone. PYTEST_WORKERS=0 runs the first part in one process too.
+# wait on broker processes and Spark JVMs, so three share two cores well), then the tests marked
+# `serial`, which measure the broker's memory or latency, alone. PYTEST_WORKERS=0 runs the first
+# part in one process too.
 # Exit code 5 ("no tests collected") of one part is fine when the other ran tests;
 # ALLOW_NO_TESTS=1 (CI) also accepts it from both.
 PYTEST_WORKERS ?= 3
 test: venv
 	@rc1=0; rc2=0; \
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not serial" --durations=30 \
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) -m "not serial" --durations=30 \
 		$(PYTEST_ARGS) || rc1=$$?; \
 	$(VENV)/bin/pytest -q -m serial $(PYTEST_ARGS) || rc2=$$?; \
 	if [ $$rc1 -eq 5 ] && [ $$rc2 -eq 5 ]; then rc=5; \
