@@ -7,9 +7,9 @@ commit) commit together, and the share acknowledgements ride in the log transact
 (`acknowledge_transactionally(writer.session, ...)`). A crash before the database commit loses
 both (the records come again); after it, recovery commits the log transaction and with it the
 acknowledgements, so no record is written twice or lost. The sink also writes a change event
-per row to the log: the DualWriter runs its prepare/commit recipe for blocks that send records
-(a block without tx.send is taken as database-only and its log transaction dropped, which would
-release the acknowledgements).
+per row to the log, to show output and acknowledgements committing together; a block that only
+acknowledges (no tx.send) commits the same way: the DualWriter takes a block as database-only
+only when it neither sent a record nor holds acknowledgements.
 
     python -m examples.share_to_database                      # starts a broker of its own
     python -m examples.share_to_database --bootstrap localhost:9092 --db sink.db --records 100

@@ -74,7 +74,7 @@ def test_handlers_cover_the_group_apis() -> None:
     keys = {ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
             ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.TXN_OFFSET_COMMIT,
             ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
-            ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE, ApiKey.CONSUMER_GROUP_HEARTBEAT,
             ApiKey.CONSUMER_GROUP_DESCRIBE}
     assert set(HANDLERS) == keys and keys <= set(SUPPORTED)
 

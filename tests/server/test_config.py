@@ -305,7 +305,7 @@ def test_every_package_key_is_gathered_in_describe_configs_order():
         "log.cleaner.enable", "log.cleaner.backoff.ms", "log.cleaner.io.max.bytes.per.second",
         "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
         "log.cleaner.max.compaction.lag.ms", "log.cleaner.delete.retention.ms",
-        "socket.request.max.bytes", "queued.max.request.bytes", "max.connections", "max.connections.per.ip",
+        "socket.request.max.bytes", "fetch.max.bytes", "queued.max.request.bytes", "max.connections", "max.connections.per.ip",
         "max.connections.per.ip.overrides", "connections.max.idle.ms",
         "offsets.topic.num.partitions", "offsets.topic.segment.bytes", "offsets.retention.minutes",
         "group.initial.rebalance.delay.ms", "group.min.session.timeout.ms",

@@ -8,6 +8,12 @@ dual write recipe, seed 000).
         tx.send("order-events", b"order 42 placed", key=b"42")
     # both committed, or neither (an exception in the block rolls both back)
 
+A block that only acknowledges share records in the log transaction (KIP-1289, seed 004's use
+case 4.6: `consumer.acknowledge_transactionally(writer.session, offsets)`, no tx.send) is a dual
+write like any other: the acknowledgements commit with the database transaction, through the
+same prepare, state and recovery steps. Only a block that left nothing in the log transaction
+(no record, no acknowledgement) is database-only.
+
 The seed's normal-processing recipe, as the writer runs it:
 
     1 begin the database transaction          (entering the block)
@@ -260,10 +266,13 @@ class DualWriter:
     def _finish(self, cursor: Any, tx: Transaction) -> None:
         session, dialect = self.session, self.dialect
         assert session is not None
-        if not tx.futures:
-            # Nothing was sent: a database-only transaction. An empty log transaction would
-            # keep the session's epoch (no EndTxn reached the broker) and so its state could
-            # equal the next transaction's; there is nothing to prepare anyway.
+        if not tx.futures and not session.share_acknowledgements:
+            # Nothing reached the log: a database-only transaction. An empty log transaction
+            # would keep the session's epoch (no EndTxn reached the broker) and so its state
+            # could equal the next transaction's; there is nothing to prepare anyway. A block
+            # that staged share acknowledgements (KIP-1289) but sent no record is not one: its
+            # transaction is open at the coordinator, aborting it would release the records
+            # for redelivery, so it is prepared and committed with the database below.
             try:
                 dialect.commit(cursor)
             except Exception as exc:

@@ -23,8 +23,12 @@ Events: JoinGroup (a new member, changed metadata, or the leader rejoining) star
 all members joined, or the join deadline, completes it: the generation goes up, the leader gets
 the member list. The leader's SyncGroup makes the group Stable and answers every parked
 SyncGroup. LeaveGroup, a missed heartbeat (session timeout) or a member that never sent
-SyncGroup remove members and rebalance again; `tick(now_ms)` fires every deadline. The first
-rebalance of an Empty group waits group.initial.rebalance.delay.ms for more members.
+SyncGroup remove members and rebalance again; `tick(now_ms)` fires every deadline, and so does
+every request for a group before it is handled (`_expire_due`), so a request at or after a
+deadline sees its effect, as in Kafka. The first rebalance of an Empty group waits
+group.initial.rebalance.delay.ms for more members. A static member (KIP-345) that restarts takes
+its old member id's place and assignment without a rebalance while the group is Stable and its
+protocol stays (`_replace_static_member`).
 
 Durable: the group's metadata (generation, leader, members, assignments) is written when the
 leader's assignment arrives and when a rebalance leaves the group Empty; OffsetCommit and
@@ -40,6 +44,7 @@ transaction stay invisible until its COMMIT marker, and a group holding some is 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -101,18 +106,21 @@ class GroupCoordinator:
         self, *, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
         client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
         protocols: Protocols, require_known_member_id: bool, now_ms: int, respond: JoinCallback,
+        supports_skip_assignment: bool = True,
     ) -> None:
         """Join (or rejoin) a group. `respond` is called once, now or when the rebalance completes.
 
         `require_known_member_id` is True for JoinGroup v4+: a new member first gets
         MEMBER_ID_REQUIRED with its member id and must join again with it (KIP-394).
+        `supports_skip_assignment` is True for JoinGroup v9+ (KIP-814), see
+        `_replace_static_member`.
         """
         if not group_id:
             return respond(JoinResult(ErrorCode.invalid_group_id, member_id))
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
             return respond(JoinResult(ErrorCode.invalid_session_timeout, member_id))
-        group = self.group_manager.groups.get(group_id)
+        group = self._expire_due(group_id, now_ms)
         if group is None:
             if member_id:
                 return respond(JoinResult(ErrorCode.unknown_member_id, member_id))
@@ -130,35 +138,84 @@ class GroupCoordinator:
         args = (group_instance_id, client_id, client_host, session_timeout_ms,
                 rebalance_timeout_ms, protocol_type, protocols, now_ms, respond)
         if not member_id:
-            self._join_new_member(group, require_known_member_id, *args)
+            self._join_new_member(group, require_known_member_id, supports_skip_assignment, *args)
         else:
             self._join_current_member(group, member_id, *args)
         if group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group, now_ms)
 
     def _join_new_member(
-        self, group: Group, require_known_member_id: bool, instance_id: str | None, client_id: str,
-        client_host: str, session_ms: int, rebalance_ms: int, protocol_type: str,
-        protocols: Protocols, now_ms: int, respond: JoinCallback,
+        self, group: Group, require_known_member_id: bool, supports_skip_assignment: bool,
+        instance_id: str | None, client_id: str, client_host: str, session_ms: int,
+        rebalance_ms: int, protocol_type: str, protocols: Protocols, now_ms: int,
+        respond: JoinCallback,
     ) -> None:
         if not group.supports_protocols(protocol_type, protocols):
             return respond(JoinResult(ErrorCode.inconsistent_group_protocol))
         new_id = f"{client_id}-{uuid.uuid4()}"
         if instance_id is not None and instance_id in group.static_members:
-            # A static member restarted: it takes over the old member id's place; the old
-            # incarnation is fenced. (Kafka can skip the rebalance here; we always rebalance.)
-            old = group.members[group.static_members[instance_id]]
-            self._answer_fenced(old)
-            member = group.replace_static(old.member_id, new_id)
-            member.client_id, member.client_host = client_id, client_host
-            return self._update_member_and_rebalance(group, member, protocols, session_ms,
-                                                     rebalance_ms, now_ms, respond)
+            return self._replace_static_member(group, instance_id, new_id, client_id,
+                                               client_host, session_ms, rebalance_ms, protocols,
+                                               supports_skip_assignment, now_ms, respond)
         if instance_id is None and require_known_member_id:
             group.pending_members[new_id] = now_ms + session_ms
             return respond(JoinResult(ErrorCode.member_id_required, new_id))
         self._add_member_and_rebalance(group, new_id, instance_id, client_id, client_host,
                                        session_ms, rebalance_ms, protocol_type, protocols, now_ms,
                                        respond)
+
+    def _replace_static_member(
+        self, group: Group, instance_id: str, new_id: str, client_id: str, client_host: str,
+        session_ms: int, rebalance_ms: int, protocols: Protocols, skip_assignment: bool,
+        now_ms: int, respond: JoinCallback,
+    ) -> None:
+        """KIP-345: a static member restarted (a known group.instance.id, no member id). It takes
+        the old member id's place and assignment; the old incarnation is fenced.
+
+        In a Stable group whose selected protocol stays the same, the replacement is written to
+        `__consumer_offsets` and answered at once, without a rebalance. With JoinGroup v9+ the
+        leader's answer says skip_assignment (KIP-814): it leads but must not run the assignor;
+        older versions get the previous leader id, so a restarted leader does not think it
+        leads. As in Kafka, only a change of the selected protocol rebalances: a restarted
+        member's metadata differs anyway (its owned partitions are gone). In any other state the
+        member joins the rebalance (CompletingRebalance starts a new one: the leader may be
+        assigning to the old member id)."""
+        old = group.members[group.static_members[instance_id]]
+        old_id, old_leader = old.member_id, group.leader_id or ""
+        self._answer_fenced(old)
+        member = group.replace_static(old_id, new_id)
+        saved = (member.client_id, member.client_host, member.protocols,
+                 member.session_timeout_ms, member.rebalance_timeout_ms, member.heartbeat_deadline)
+        member.client_id, member.client_host = client_id, client_host
+        member.heartbeat_deadline = now_ms + session_ms
+        if group.state is not GroupState.STABLE:
+            return self._update_member_and_rebalance(group, member, protocols, session_ms,
+                                                     rebalance_ms, now_ms, respond)
+        member.protocols = list(protocols)
+        member.session_timeout_ms, member.rebalance_timeout_ms = session_ms, rebalance_ms
+        if group.select_protocol() != group.protocol_name:
+            log.info("static member %s of group %s rejoined with another protocol: rebalancing",
+                     instance_id, group.group_id)
+            return self._update_member_and_rebalance(group, member, protocols, session_ms,
+                                                     rebalance_ms, now_ms, respond)
+        try:
+            self.group_manager.store_group(group, now_ms)
+        except Exception:
+            log.exception("storing the replaced static member %s of group %s failed",
+                          instance_id, group.group_id)
+            # Undo: the old incarnation keeps its place, as Kafka does when the write fails.
+            (member.client_id, member.client_host, member.protocols, member.session_timeout_ms,
+             member.rebalance_timeout_ms, member.heartbeat_deadline) = saved
+            group.replace_static(new_id, old_id)
+            return respond(JoinResult(ErrorCode.coordinator_not_available, ""))
+        log.info("static member %s of group %s rejoined as %s: no rebalance", instance_id,
+                 group.group_id, new_id)
+        if not skip_assignment:
+            result = self._join_result(group, member, with_members=False)
+            return respond(dataclasses.replace(result, leader_id=old_leader))
+        is_leader = new_id == group.leader_id
+        result = self._join_result(group, member, with_members=is_leader)
+        respond(dataclasses.replace(result, skip_assignment=is_leader))
 
     def _join_current_member(
         self, group: Group, member_id: str, instance_id: str | None, client_id: str,
@@ -294,7 +351,7 @@ class GroupCoordinator:
         now_ms: int, respond: SyncCallback,
     ) -> None:
         """Followers wait here for the leader's assignment; `respond` is called once."""
-        group = self.group_manager.groups.get(group_id) if group_id else None
+        group = self._expire_due(group_id, now_ms) if group_id else None
         if not group_id:
             return respond(SyncResult(ErrorCode.invalid_group_id))
         if group is None:
@@ -362,7 +419,7 @@ class GroupCoordinator:
                   generation_id: int, now_ms: int) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
-        group = self.group_manager.groups.get(group_id)
+        group = self._expire_due(group_id, now_ms)
         if group is None:
             return ErrorCode.unknown_member_id
         if group.consumer is not None:
@@ -387,7 +444,7 @@ class GroupCoordinator:
         """Remove members, given as (member id, group instance id); a per-member error each."""
         if not group_id:
             return ErrorCode.invalid_group_id, []
-        group = self.group_manager.groups.get(group_id)
+        group = self._expire_due(group_id, now_ms)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id for _ in members]
         if group.consumer is not None:
@@ -449,6 +506,19 @@ class GroupCoordinator:
             self._try_complete_join(group, now_ms)
 
     # -- time ---------------------------------------------------------------------------------
+
+    def _expire_due(self, group_id: str, now_ms: int) -> Group | None:
+        """Fire the group's timers due by `now_ms` before a request sees it; then the group.
+
+        Kafka's bar: a request at or after a session or rebalance deadline sees its effect,
+        though `tick` runs only every 100 ms (the librdkafka suite's DeleteGroups 6 ms after a
+        session ended got GROUP_NOT_EMPTY). Classic groups only; consumer groups are
+        brought up to date by `consumer.tick`."""
+        group = self.group_manager.groups.get(group_id)
+        if group is not None and group.consumer is None:
+            self._tick_group(group, now_ms)
+            group = self.group_manager.groups.get(group_id)
+        return group
 
     def tick(self, now_ms: int) -> None:
         """Fire every timer due by `now_ms`: sessions, pending members, rebalance deadlines."""
@@ -539,6 +609,7 @@ class GroupCoordinator:
         api_version: int = 9,
     ) -> CommitResult:
         """OffsetCommit (see `GroupMetadataManager.commit_offsets`)."""
+        self._expire_due(group_id, now_ms)
         return self.group_manager.commit_offsets(
             group_id=group_id, member_id=member_id, group_instance_id=group_instance_id,
             generation_id=generation_id, offsets=offsets, now_ms=now_ms,
@@ -554,14 +625,34 @@ class GroupCoordinator:
         """Committed offsets (None where nothing is committed); `partitions=None` means all."""
         return self.group_manager.fetch_offsets(group_id, partitions)
 
-    def describe_group(self, group_id: str) -> GroupDescription:
+    def describe_group(self, group_id: str, now_ms: int | None = None) -> GroupDescription:
+        """DescribeGroups; with `now_ms`, after the group's due timers."""
+        if now_ms is not None:
+            self._expire_due(group_id, now_ms)
         return self.group_manager.describe_group(group_id)
 
-    def list_groups(self, states: set[str] | None = None) -> list[GroupListing]:
+    def list_groups(self, states: set[str] | None = None,
+                    now_ms: int | None = None) -> list[GroupListing]:
+        """ListGroups; with `now_ms`, after the classic groups' due timers."""
+        if now_ms is not None:
+            for group_id in list(self.group_manager.groups):
+                self._expire_due(group_id, now_ms)
         return self.group_manager.list_groups(states)
 
     def delete_groups(self, group_ids: list[str], now_ms: int) -> dict[str, ErrorCode]:
+        """DeleteGroups, after the due timers: a group whose last session ended is Empty."""
+        for group_id in group_ids:
+            self._expire_due(group_id, now_ms)
+        if any(g in self.group_manager.groups and self.group_manager.groups[g].consumer
+               is not None for g in group_ids):
+            self.consumer.tick(now_ms)
         return self.group_manager.delete_groups(group_ids, now_ms)
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]],
+                       now_ms: int) -> tuple[ErrorCode, CommitResult]:
+        """OffsetDelete, after the group's due timers (see `GroupMetadataManager.delete_offsets`)."""
+        self._expire_due(group_id, now_ms)
+        return self.group_manager.delete_offsets(group_id, partitions, now_ms)
 
     def expire_offsets(self, now_ms: int) -> None:
         self.group_manager.expire_offsets(now_ms)

@@ -1,7 +1,7 @@
 """The group coordinator's state and its log (Kafka's GroupMetadataManager): the groups and their
 committed offsets, loaded from `__consumer_offsets` on start, group metadata and offsets written
 there, and the APIs that read or write them: OffsetCommit, OffsetFetch, DescribeGroups,
-ListGroups, DeleteGroups, and the expiry of old offsets.
+ListGroups, DeleteGroups, OffsetDelete (KIP-496), and the expiry of old offsets.
 
 `GroupCoordinator` (coordinator.py) holds one as `group_manager` and applies the membership rules
 to its groups; `TxnOffsets` (txn_offsets.py) holds it too, for transactional offset commits.
@@ -10,7 +10,8 @@ to its groups; `TxnOffsets` (txn_offsets.py) holds it too, for transactional off
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ from exactly.groups.consumer_records import (
     ConsumerRecordError,
     encode_key,
 )
+from exactly.groups.conversion import PROTOCOL_TYPE, decode_subscription
 from exactly.groups.fold import OffsetsFold
 from exactly.groups.group import CommittedOffset, Group, GroupState, Member
 from exactly.groups.store import Appended, OffsetsLog
@@ -381,8 +383,7 @@ class GroupMetadataManager:
     def _remove_group(self, group: Group, expired: list[TopicPartition], now_ms: int,
                       *, whole_group: bool = True) -> None:
         """Write tombstones for offsets (and the group), then forget them."""
-        records = [Record(encode_offset_key(OffsetKey(group.group_id, t, p)), None)
-                   for t, p in expired]
+        records = offset_tombstones(group.group_id, expired)
         if whole_group:
             records.append(Record(encode_group_key(GroupKey(group.group_id)), None))
             if group.consumer is not None:
@@ -394,6 +395,38 @@ class GroupMetadataManager:
         if whole_group:
             group.transition(GroupState.DEAD, now_ms)
             self.groups.pop(group.group_id, None)
+
+    # -- OffsetDelete -------------------------------------------------------------------------
+
+    def delete_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]],
+                       now_ms: int) -> tuple[ErrorCode, CommitResult]:
+        """OffsetDelete (KIP-496), by Kafka's rules: the group must exist; a live classic group
+        must use the consumer protocol (else NON_EMPTY_GROUP); a partition of a topic the live
+        group subscribes to gets GROUP_SUBSCRIBED_TO_TOPIC; the others' committed offsets get
+        tombstones (a partition with none is simply NONE). Returns the group's error and the
+        partitions' errors; sync `log` before answering."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found, CommitResult({}, None)
+        if (group.consumer is None and group.state is not GroupState.EMPTY
+                and group.protocol_type != PROTOCOL_TYPE):
+            return ErrorCode.non_empty_group, CommitResult({}, None)
+        subscribed = _subscribed_topics(group)
+        errors = {tp: ErrorCode.group_subscribed_to_topic if subscribed(tp[0]) else ErrorCode.none
+                  for tp in partitions}
+        doomed = [TopicPartition(*tp) for tp, error in errors.items()
+                  if error is ErrorCode.none and TopicPartition(*tp) in group.offsets]
+        if not doomed:
+            return ErrorCode.none, CommitResult(errors, None)
+        try:
+            plog = self._append(group_id, offset_tombstones(group_id, doomed), now_ms)
+        except Exception as exc:
+            log.exception("deleting offsets of group %s failed", group_id)
+            return append_error(exc), CommitResult({}, None)
+        for tp in doomed:
+            group.offsets.pop(tp, None)
+        log.info("deleted the offsets of %d partitions of group %s", len(doomed), group_id)
+        return ErrorCode.none, CommitResult(errors, plog)
 
     # -- offsets retention --------------------------------------------------------------------
 
@@ -453,6 +486,40 @@ def validate_consumer_commit(group: Group, member_id: str, member_epoch: int, *,
             return ErrorCode.illegal_generation
         return ErrorCode.stale_member_epoch
     return None
+
+
+def _subscribed_topics(group: Group) -> Callable[[str], bool]:
+    """Whether the live group consumes a topic (Kafka's isSubscribedToTopic): a consumer group's
+    members by name or regex; a classic consumer-protocol group's members by their
+    subscription metadata (undecodable metadata subscribes to nothing, as in Kafka)."""
+    if group.consumer is not None:
+        members = list(group.consumer.members.values())
+        names = {t for m in members for t in m.subscribed_topic_names}
+        patterns = [m.subscribed_topic_regex for m in members if m.subscribed_topic_regex]
+
+        def matches(topic: str, pattern: str) -> bool:
+            try:
+                return re.fullmatch(pattern, topic) is not None
+            except re.error:
+                return False
+
+        return lambda topic: topic in names or any(matches(topic, p) for p in patterns)
+    if group.state is GroupState.EMPTY:
+        return lambda topic: False
+    topics: set[str] = set()
+    for member in group.members.values():
+        metadata = (member.metadata_for(group.protocol_name) if group.protocol_name
+                    else next((m for _, m in member.protocols), b""))
+        try:
+            topics.update(decode_subscription(metadata)[0])
+        except ValueError:
+            continue
+    return topics.__contains__
+
+
+def offset_tombstones(group_id: str, partitions: Iterable[tuple[str, int]]) -> list[Record]:
+    """The records that delete these committed offsets of a group."""
+    return [Record(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in partitions]
 
 
 def consumer_state(group: ConsumerGroup) -> GroupState:

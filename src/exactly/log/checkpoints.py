@@ -1,5 +1,6 @@
 """Offset checkpoint files in the log directory, in Kafka's text format
-(`cleaner-offset-checkpoint`, `recovery-point-offset-checkpoint`):
+(`cleaner-offset-checkpoint`, `recovery-point-offset-checkpoint`,
+`log-start-offset-checkpoint`):
 
     0                       version
     2                       number of entries
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"  # DeleteRecords' low watermarks (KIP-107)
 _VERSION = 0
 
 

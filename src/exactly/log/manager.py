@@ -10,6 +10,11 @@ The recovery points of every partition (how far each log is fsynced) are kept in
 broker calls it every `log.flush.offset.checkpoint.interval.ms`) and after the logs closed,
 read once on start, so that recovery after a crash validates only what follows them
 (loader.py).
+
+The log start offsets that DeleteRecords moved (KIP-107) are kept in `log-start-offset-checkpoint`,
+as Kafka does, written before DeleteRecords answers (so that a crash cannot bring deleted records
+back), when a topic is created (an entry left by a deleted topic of the same name must not apply
+to the new one) and after the logs closed.
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exactly.log.checkpoints import RECOVERY_POINT_CHECKPOINT, read_checkpoint, write_checkpoint
+from exactly.log.checkpoints import (
+    LOG_START_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    read_checkpoint,
+    write_checkpoint,
+)
 from exactly.log.config import LogConfig
 from exactly.log.errors import (
     InvalidConfigError,
@@ -134,16 +144,20 @@ class LogManager:
                 log.warning("event=orphan_partition_removed dir=%s", p)
                 shutil.rmtree(p, ignore_errors=True)
         recovery_points = read_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
+        log_starts = read_checkpoint(self.log_dir / LOG_START_CHECKPOINT)
         for info in topics:
             config = self.log_config(info.name)
             for partition in range(info.num_partitions):
                 self._open_partition(info.name, partition, config,
-                                     recovery_points.get((info.name, partition)))
+                                     recovery_points.get((info.name, partition)),
+                                     log_starts.get((info.name, partition)))
 
     def _open_partition(self, name: str, partition: int, config: LogConfig,
-                        recovery_point: int | None = None) -> PartitionLog:
+                        recovery_point: int | None = None,
+                        log_start_offset: int | None = None) -> PartitionLog:
         plog = PartitionLog.open(self.log_dir / f"{name}-{partition}", config, clock=self._clock,
-                                 topic=name, partition=partition, recovery_point=recovery_point)
+                                 topic=name, partition=partition, recovery_point=recovery_point,
+                                 log_start_offset=log_start_offset)
         self._logs[(name, partition)] = plog
         return plog
 
@@ -181,6 +195,7 @@ class LogManager:
         config = log_config_for(self.default_config, overrides)
         for partition in range(num_partitions):
             self._open_partition(name, partition, config)
+        self.checkpoint_log_start_offsets()  # before the topic exists: replaces stale entries
         self._topics[name] = info
         self._by_id[info.topic_id] = info
         self.topics_version += 1
@@ -244,6 +259,17 @@ class LogManager:
     def logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
 
+    def delete_records(self, name: str, partition: int, offset: int) -> int:
+        """DeleteRecords on one partition: records below `offset` are gone for good, durably
+        before this returns. Returns the new log start offset (the low watermark)."""
+        plog = self.get_log(name, partition)
+        before = plog.log_start_offset
+        start = plog.delete_records_before(offset)
+        if start != before:
+            self.checkpoint_log_start_offsets()
+            plog.delete_segments_below_start()
+        return start
+
     # -- configs ---------------------------------------------------------------------------
 
     def log_config(self, name: str) -> LogConfig:
@@ -277,6 +303,15 @@ class LogManager:
         for partition in range(info.num_partitions):
             self._logs[(name, partition)].update_config(config)
 
+    def set_default_config(self, config: LogConfig) -> None:
+        """New broker-wide defaults (dynamic broker configs): every topic's logs take them,
+        under the topic's own overrides."""
+        self.default_config = config
+        for info in self._topics.values():
+            topic_config = log_config_for(config, info.configs)
+            for partition in range(info.num_partitions):
+                self._logs[(info.name, partition)].update_config(topic_config)
+
     def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
         return describe(self.default_config, self._require(name).configs)
 
@@ -308,9 +343,16 @@ class LogManager:
         write_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT,
                          {key: plog.recovery_point() for key, plog in self._logs.items()})
 
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write every partition's log start offset to `log-start-offset-checkpoint` (replaced
+        whole, fsynced)."""
+        write_checkpoint(self.log_dir / LOG_START_CHECKPOINT,
+                         {key: plog.log_start_offset for key, plog in self._logs.items()})
+
     def close(self) -> None:
         if not self._logs:  # closed already: keep the checkpoint of that close
             return
+        self.checkpoint_log_start_offsets()
         for plog in self._logs.values():
             plog.close()
         self.checkpoint_recovery_points()  # every log is fsynced to its end now

@@ -2,6 +2,11 @@
 recovery after a crash (loader.py), transactions: markers, the last stable offset, aborted
 transactions (txn_index.py).
 
+The log start offset (the low watermark) is logical, as Kafka's: DeleteRecords (KIP-107) moves
+it into the middle of a segment; reads below it fail with OFFSET_OUT_OF_RANGE, and the segments
+wholly below it are deleted (at once, or by the next retention round while the cleaner works).
+The log manager keeps it in `log-start-offset-checkpoint`; open() takes it back from there.
+
 Not thread-safe: call everything from one thread, except flush(), which only fsyncs and may run
 in a worker thread while the owner keeps appending (group commit).
 """
@@ -97,10 +102,12 @@ class PartitionLog:
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, clock: Callable[[], float] = time.time,
              topic: str | None = None, partition: int | None = None,
-             recovery_point: int | None = None) -> PartitionLog:
+             recovery_point: int | None = None, log_start_offset: int | None = None,
+             ) -> PartitionLog:
         """Open the partition in `directory`, creating it, or recovering it after a crash: from
         `recovery_point` (this partition's entry of the recovery-point checkpoint) when the files
-        agree with it, see loader.py."""
+        agree with it, see loader.py. `log_start_offset` is its entry of the log-start-offset
+        checkpoint (DeleteRecords)."""
         directory = Path(directory)
         if topic is None or partition is None:
             parsed_topic, parsed_partition = _parse_dir_name(directory.name)
@@ -109,6 +116,10 @@ class PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         self = cls(directory, config, clock, topic, partition)
         self._load(recovery_point)
+        if log_start_offset is not None and log_start_offset > self.log_start_offset:
+            # Past the log end only when a power cut lost the records it was moved over: they
+            # were deleted anyway, and no offset below the log end is readable again.
+            self.log_start_offset = min(log_start_offset, self.log_end_offset)
         return self
 
     def _load(self, recovery_point: int | None) -> None:
@@ -306,6 +317,49 @@ class PartitionLog:
         return self.append(data, now_ms=now_ms, allow_control=True,
                            marker=Marker(commit, coordinator_epoch))
 
+    # -- DeleteRecords (KIP-107) -----------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset forward to `offset` (at most the high watermark); returns
+        the new log start offset (the low watermark). Producer state stays (KIP-360: a producer
+        whose records are gone is still known). The caller makes the new start durable
+        (LogManager's checkpoint), then deletes the segments below it
+        (delete_segments_below_start): no file goes before the start that hides it is on disk."""
+        if not 0 <= offset <= self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {self.topic}-{self.partition} before offset {offset}: "
+                f"it must be within [0, {self.high_watermark}] (the high watermark; -1 means it)")
+        self.log_start_offset = max(self.log_start_offset, offset)
+        return self.log_start_offset
+
+    def delete_segments_below_start(self) -> int:
+        """Delete the segments wholly below the log start offset (unless the cleaner works on
+        the log: then the next retention round will); returns how many."""
+        count = self._breached_by_start()
+        self._delete_segments(count, "log_start_offset")
+        return count
+
+    def _breached_by_start(self) -> int:
+        """How many oldest segments lie wholly below the log start offset (never the active one)."""
+        count = 0
+        while count < len(self._bases) - 1 and self._bases[count + 1] <= self.log_start_offset:
+            count += 1
+        return 0 if self.cleaning else count  # the cleaner copies them: the next round will
+
+    def _delete_segments(self, count: int, reason: str) -> None:
+        """Delete the `count` oldest segments; the log start offset moves to the first kept one
+        if that is past it."""
+        if not count:
+            return
+        doomed, self._segments = self._segments[:count], self._segments[count:]
+        self._bases = self._bases[count:]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        for seg in doomed:
+            seg.delete()
+        self.producer_state.delete_snapshots(below=self.log_start_offset)
+        log.info("event=segments_deleted reason=%s dir=%s segments=%d log_start_offset=%d",
+                 reason, self.directory, count, self.log_start_offset)
+
     # -- transactions ----------------------------------------------------------------------
 
     @property
@@ -463,7 +517,7 @@ class PartitionLog:
                     batch = seg.read_batch(pos, h)
                     for rec in decode_records(batch):
                         ts = self._record_timestamp(batch, rec.timestamp)
-                        if ts >= timestamp:
+                        if ts >= timestamp and rec.offset >= self.log_start_offset:
                             return rec.offset, ts
         return None
 
@@ -537,11 +591,14 @@ class PartitionLog:
             seg.index_interval = config.index_interval_bytes
 
     def apply_retention(self, now_ms: int) -> int:
-        """Delete whole old segments past retention.ms / retention.bytes; never the active one,
-        nor while the cleaner copies segments (the next round will)."""
+        """Delete whole old segments past retention.ms / retention.bytes, or below the log start
+        offset (DeleteRecords, whatever the cleanup policy); never the active one, nor while the
+        cleaner copies segments (the next round will)."""
         cfg = self.config
-        if "delete" not in cfg.cleanup_policy.split(",") or self.cleaning:
+        if self.cleaning:
             return 0
+        if "delete" not in cfg.cleanup_policy.split(","):
+            return self.delete_segments_below_start()
         candidates = self._segments[:-1]
         by_time = 0
         if cfg.retention_ms >= 0:
@@ -559,17 +616,8 @@ class PartitionLog:
                     by_size += 1
                 else:
                     break
-        count = max(by_time, by_size)
-        if not count:
-            return 0
-        doomed, self._segments = self._segments[:count], self._segments[count:]
-        self._bases = self._bases[count:]
-        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-        for seg in doomed:
-            seg.delete()
-        self.producer_state.delete_snapshots(below=self.log_start_offset)
-        log.info("event=retention_deleted dir=%s segments=%d log_start_offset=%d",
-                 self.directory, count, self.log_start_offset)
+        count = max(by_time, by_size, self._breached_by_start())
+        self._delete_segments(count, "retention")
         return count
 
     def close(self) -> None:

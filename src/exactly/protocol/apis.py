@@ -32,6 +32,7 @@ class ApiKey:
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21  # KIP-107
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
@@ -42,12 +43,17 @@ class ApiKey:
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33  # the legacy, non-incremental one
+    DESCRIBE_LOG_DIRS = 35  # KIP-113
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43  # KIP-460
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_QUORUM = 55  # KIP-595
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -84,6 +90,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 7),  # v7: KIP-1309's session timeout (a draft)
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
@@ -94,12 +101,17 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # as Kafka 4.0 (no v0); v5 is KIP-1066 cordoning
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),

@@ -73,6 +73,9 @@ if TYPE_CHECKING:
     from kio.schema.add_partitions_to_txn.v5.request import (
         AddPartitionsToTxnRequest as AddPartitionsToTxnRequestV5,
     )
+    from kio.schema.alter_configs.v0.request import AlterConfigsRequest as AlterConfigsRequestV0
+    from kio.schema.alter_configs.v1.request import AlterConfigsRequest as AlterConfigsRequestV1
+    from kio.schema.alter_configs.v2.request import AlterConfigsRequest as AlterConfigsRequestV2
     from kio.schema.alter_share_group_offsets.v0.request import (
         AlterShareGroupOffsetsRequest as AlterShareGroupOffsetsRequestV0,
     )
@@ -123,6 +126,9 @@ if TYPE_CHECKING:
     from kio.schema.delete_groups.v0.request import DeleteGroupsRequest as DeleteGroupsRequestV0
     from kio.schema.delete_groups.v1.request import DeleteGroupsRequest as DeleteGroupsRequestV1
     from kio.schema.delete_groups.v2.request import DeleteGroupsRequest as DeleteGroupsRequestV2
+    from kio.schema.delete_records.v0.request import DeleteRecordsRequest as DeleteRecordsRequestV0
+    from kio.schema.delete_records.v1.request import DeleteRecordsRequest as DeleteRecordsRequestV1
+    from kio.schema.delete_records.v2.request import DeleteRecordsRequest as DeleteRecordsRequestV2
     from kio.schema.delete_share_group_offsets.v0.request import (
         DeleteShareGroupOffsetsRequest as DeleteShareGroupOffsetsRequestV0,
     )
@@ -171,8 +177,29 @@ if TYPE_CHECKING:
     from kio.schema.describe_groups.v5.request import (
         DescribeGroupsRequest as DescribeGroupsRequestV5,
     )
+    from kio.schema.describe_log_dirs.v1.request import (
+        DescribeLogDirsRequest as DescribeLogDirsRequestV1,
+    )
+    from kio.schema.describe_log_dirs.v2.request import (
+        DescribeLogDirsRequest as DescribeLogDirsRequestV2,
+    )
+    from kio.schema.describe_log_dirs.v3.request import (
+        DescribeLogDirsRequest as DescribeLogDirsRequestV3,
+    )
+    from kio.schema.describe_log_dirs.v4.request import (
+        DescribeLogDirsRequest as DescribeLogDirsRequestV4,
+    )
     from kio.schema.describe_producers.v0.request import (
         DescribeProducersRequest as DescribeProducersRequestV0,
+    )
+    from kio.schema.describe_quorum.v0.request import (
+        DescribeQuorumRequest as DescribeQuorumRequestV0,
+    )
+    from kio.schema.describe_quorum.v1.request import (
+        DescribeQuorumRequest as DescribeQuorumRequestV1,
+    )
+    from kio.schema.describe_quorum.v2.request import (
+        DescribeQuorumRequest as DescribeQuorumRequestV2,
     )
     from kio.schema.describe_share_group_offsets.v0.request import (
         DescribeShareGroupOffsetsRequest as DescribeShareGroupOffsetsRequestV0,
@@ -186,6 +213,9 @@ if TYPE_CHECKING:
     from kio.schema.describe_user_scram_credentials.v0.request import (
         DescribeUserScramCredentialsRequest as DescribeUserScramCredentialsRequestV0,
     )
+    from kio.schema.elect_leaders.v0.request import ElectLeadersRequest as ElectLeadersRequestV0
+    from kio.schema.elect_leaders.v1.request import ElectLeadersRequest as ElectLeadersRequestV1
+    from kio.schema.elect_leaders.v2.request import ElectLeadersRequest as ElectLeadersRequestV2
     from kio.schema.end_txn.v0.request import EndTxnRequest as EndTxnRequestV0
     from kio.schema.end_txn.v1.request import EndTxnRequest as EndTxnRequestV1
     from kio.schema.end_txn.v2.request import EndTxnRequest as EndTxnRequestV2
@@ -322,6 +352,7 @@ if TYPE_CHECKING:
     from kio.schema.offset_commit.v7.request import OffsetCommitRequest as OffsetCommitRequestV7
     from kio.schema.offset_commit.v8.request import OffsetCommitRequest as OffsetCommitRequestV8
     from kio.schema.offset_commit.v9.request import OffsetCommitRequest as OffsetCommitRequestV9
+    from kio.schema.offset_delete.v0.request import OffsetDeleteRequest as OffsetDeleteRequestV0
     from kio.schema.offset_fetch.v1.request import OffsetFetchRequest as OffsetFetchRequestV1
     from kio.schema.offset_fetch.v2.request import OffsetFetchRequest as OffsetFetchRequestV2
     from kio.schema.offset_fetch.v3.request import OffsetFetchRequest as OffsetFetchRequestV3
@@ -483,6 +514,9 @@ if TYPE_CHECKING:
         DeleteTopicsRequestV1 | DeleteTopicsRequestV2 | DeleteTopicsRequestV3
         | DeleteTopicsRequestV4 | DeleteTopicsRequestV5 | DeleteTopicsRequestV6
     )
+    DeleteRecordsRequest: TypeAlias = (
+        DeleteRecordsRequestV0 | DeleteRecordsRequestV1 | DeleteRecordsRequestV2
+    )
     InitProducerIdRequest: TypeAlias = (
         InitProducerIdRequestV0 | InitProducerIdRequestV1 | InitProducerIdRequestV2
         | InitProducerIdRequestV3 | InitProducerIdRequestV4 | InitProducerIdRequestV5
@@ -520,6 +554,13 @@ if TYPE_CHECKING:
         DescribeConfigsRequestV1 | DescribeConfigsRequestV2 | DescribeConfigsRequestV3
         | DescribeConfigsRequestV4
     )
+    AlterConfigsRequest: TypeAlias = (
+        AlterConfigsRequestV0 | AlterConfigsRequestV1 | AlterConfigsRequestV2
+    )
+    DescribeLogDirsRequest: TypeAlias = (
+        DescribeLogDirsRequestV1 | DescribeLogDirsRequestV2 | DescribeLogDirsRequestV3
+        | DescribeLogDirsRequestV4
+    )
     SaslAuthenticateRequest: TypeAlias = (
         SaslAuthenticateRequestV0 | SaslAuthenticateRequestV1 | SaslAuthenticateRequestV2
     )
@@ -530,11 +571,18 @@ if TYPE_CHECKING:
     DeleteGroupsRequest: TypeAlias = (
         DeleteGroupsRequestV0 | DeleteGroupsRequestV1 | DeleteGroupsRequestV2
     )
+    ElectLeadersRequest: TypeAlias = (
+        ElectLeadersRequestV0 | ElectLeadersRequestV1 | ElectLeadersRequestV2
+    )
     IncrementalAlterConfigsRequest: TypeAlias = (
         IncrementalAlterConfigsRequestV0 | IncrementalAlterConfigsRequestV1
     )
+    OffsetDeleteRequest: TypeAlias = OffsetDeleteRequestV0
     DescribeUserScramCredentialsRequest: TypeAlias = DescribeUserScramCredentialsRequestV0
     AlterUserScramCredentialsRequest: TypeAlias = AlterUserScramCredentialsRequestV0
+    DescribeQuorumRequest: TypeAlias = (
+        DescribeQuorumRequestV0 | DescribeQuorumRequestV1 | DescribeQuorumRequestV2
+    )
     DescribeClusterRequest: TypeAlias = DescribeClusterRequestV0 | DescribeClusterRequestV1
     DescribeProducersRequest: TypeAlias = DescribeProducersRequestV0
     DescribeTransactionsRequest: TypeAlias = DescribeTransactionsRequestV0

@@ -26,6 +26,7 @@ from exactly.server.auth import ListenerRuntime, ScramCredentialStore
 from exactly.server.config import ConfigError, load_or_create_meta
 from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.data_dir import DataDirLock
+from exactly.server.dynamic_config import DynamicBrokerConfig, apply_to
 from exactly.server.log_cleaning import CleanerService
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
 from exactly.server.startup import StartupError, data_dir_error, listen_error
@@ -54,6 +55,8 @@ class Broker:
         except OSError as exc:
             raise data_dir_error(self.log_dir, exc) from exc
         clock = wall_clock_ms
+        dynamic_config = DynamicBrokerConfig(config, self.log_dir)
+        config = dynamic_config.effective  # the static config under the stored dynamic values
         logs = LogManager(self.log_dir, config.log_config())
         producer_ids = ProducerIdManager(self.log_dir / "producer_ids")
         try:
@@ -90,9 +93,11 @@ class Broker:
             config=config,
             clock=clock,
             share=share,
+            dynamic_config=dynamic_config,
         )
         self.connections: set[network.Connection] = set()
         self.limits = ConnectionLimits.from_config(config)
+        dynamic_config.on_change(apply_to(logs, self._cleaning, self.limits))
         self.listeners: list[tuple[asyncio.Server, ListenerRuntime]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._metrics: MetricsServer | None = None  # when metrics.listen is set
@@ -118,6 +123,7 @@ class Broker:
                     "recovery point checkpoint", self._checkpoint)
         self._every(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000,
                     "transaction timeout check", services.transactions.abort_timed_out)
+        self._every(TICK_SECONDS, "transaction deadline check", self._abort_due_transactions)
         self._every(config["producer.id.expiration.check.interval.ms"] / 1000,
                     "producer id expiration", self._expire_producers)
         self._cleaning.start()
@@ -170,6 +176,14 @@ class Broker:
             log.info("event=connection_idle_closed peer=%s idle_ms=%d", conn.peer,
                      (time.monotonic() - conn.last_active) * 1000)
             conn.close()
+
+    async def _abort_due_transactions(self) -> None:
+        """Abort as soon as a transaction's timeout or session deadline passes, not up to
+        transaction.abort.timed.out.transaction.cleanup.interval.ms later (Kafka's bar)."""
+        services = self.services
+        deadline = services.txn.next_deadline_ms()
+        if deadline is not None and services.clock() >= deadline:
+            await services.transactions.abort_timed_out()
 
     def _expire_producers(self) -> None:
         self.services.logs.expire_producers(self.services.clock(),

@@ -289,6 +289,9 @@ _KEYS: tuple[Key, ...] = (
     *LOG_KEYS,
     *CLEANER_KEYS,
     Key("socket.request.max.bytes", "INT", 104857600, int_range(1), "Largest request accepted."),
+    Key("fetch.max.bytes", "INT", 57671680, int_range(1024),
+        "Most record bytes one Fetch answer carries, whatever the request's max_bytes (the first "
+        "batch excepted, KIP-74)."),
     Key("queued.max.request.bytes", "LONG", 104857600, parse_queued_bytes,
         "Bytes of requests waiting for their answers, in total, before connections stop reading "
         "more (back-pressure); -1: no bound."),
@@ -553,6 +556,17 @@ class BrokerConfig:
                 )
             )
         return out
+
+    def with_overrides(self, overrides: Mapping[str, str]) -> BrokerConfig:
+        """This config with `overrides` (canonical key -> text) on top: what the dynamic broker
+        configs make of it (server/dynamic_config.py). A bad value is a ConfigError."""
+        values = dict(self._values)
+        for name, text in overrides.items():
+            try:
+                values[name] = KEYS[name].parse(text.strip())
+            except ValueError as exc:
+                raise ConfigError(f"{name}={text!r}: {exc}") from None
+        return BrokerConfig(values, self._explicit | overrides.keys())
 
     def as_strings(self) -> dict[str, str | None]:
         """{key: value as text} with the values in force (derived keys resolved)."""

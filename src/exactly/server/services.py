@@ -17,6 +17,7 @@ it uses) and cannot reach the broker itself, as Tansu's services get a narrow ty
     config        the broker's checked configuration
     clock         milliseconds since the epoch; the one clock every service reads
     answers       encoded answers that only change with the topics (Metadata for all topics)
+    dynamic_config  the dynamic broker configs (KIP-226) over `config`; None: none can change
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from exactly.server.appends import AppendService
     from exactly.server.auth import ScramCredentialStore
     from exactly.server.config import BrokerConfig
+    from exactly.server.dynamic_config import DynamicBrokerConfig
     from exactly.server.transactions import TransactionDriver
     from exactly.share import ShareCoordinator
     from exactly.txn import ProducerIdManager, TransactionCoordinator
@@ -70,3 +72,4 @@ class Services:
     share: ShareCoordinator
     clock: Clock = wall_clock_ms
     answers: dict[Hashable, bytes] = field(default_factory=dict)
+    dynamic_config: DynamicBrokerConfig | None = None

@@ -499,6 +499,22 @@ class TransactionCoordinator:
                           str(e))
         return markers
 
+    def next_deadline_ms(self) -> int | None:
+        """The earliest time `tick` has a transaction to abort (its timeout or KIP-1309 session
+        passed), or None. The broker runs `tick` then, not a cleanup interval later: Kafka's
+        bar is an abort at the deadline."""
+        deadlines = [
+            deadline for meta in self.state_manager.all()
+            if meta.state is TxnState.ONGOING and not meta.is_two_phase
+            for deadline in (
+                meta.txn_start_ms + meta.txn_timeout_ms + 1,  # `tick` aborts once now > this
+                max(meta.last_heard_ms, self.loaded_ms) + meta.session_timeout_ms + 1
+                if meta.session_timeout_ms != NO_SESSION else None,
+            )
+            if deadline is not None
+        ]
+        return min(deadlines, default=None)
+
     # -- views (admin APIs, recovery on start) ----------------------------------------------------
 
     @property

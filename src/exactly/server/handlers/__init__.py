@@ -11,6 +11,7 @@ from exactly.server.handlers import (
     fetch,
     groups,
     list_offsets,
+    log_admin,
     metadata,
     produce,
     sasl,
@@ -23,7 +24,7 @@ from exactly.server.handlers import (
 
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, topics, configs, groups, txn,
-                acls, sasl, share, share_admin, share_txn):
+                acls, sasl, share, share_admin, share_txn, log_admin):
     HANDLERS.update(_module.HANDLERS)
 
 _missing = set(SUPPORTED) - set(HANDLERS)

@@ -1,15 +1,29 @@
-"""DescribeConfigs (v1–v4) and IncrementalAlterConfigs (v0–v1) for topics; brokers are
-described (read only)."""
+"""DescribeConfigs (v1–v4), IncrementalAlterConfigs (v0–v1) and the legacy AlterConfigs (v0–v2)
+on TOPIC, BROKER, BROKER_LOGGER and GROUP resources, and DescribeCluster.
+
+BROKER resources are this broker (its node id) and the cluster-wide default (""): every key with
+its source and read-only flag; the dynamic keys change at run time (server/dynamic_config.py,
+KIP-226), the rest are refused with INVALID_REQUEST, as Kafka refuses them. The legacy
+AlterConfigs replaces a resource's whole set of dynamic values (a topic's overrides, a broker
+scope's dynamic configs): a key it does not name goes back to its default, as in Kafka.
+BROKER_LOGGER (KIP-412) is the broker's log levels (server/loggers.py).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.server import loggers
 from exactly.server.acl.model import CLUSTER_NAME, Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
+from exactly.server.dynamic_config import BROKER as BROKER_SCOPE
+from exactly.server.dynamic_config import DEFAULT as DEFAULT_SCOPE
+from exactly.server.dynamic_config import DynamicConfigError
 from exactly.server.handlers import share_admin
 from exactly.server.handlers.common import NO_THROTTLE, advertised_address
 
@@ -17,14 +31,18 @@ if TYPE_CHECKING:
     from kio.static.protocol import ResponsePayload
 
     from exactly.protocol.requests import (
+        AlterConfigsRequest,
         DescribeClusterRequest,
         DescribeConfigsRequest,
         IncrementalAlterConfigsRequest,
     )
 
 TOPIC, BROKER = 2, 4
+BROKER_LOGGER = 8  # the broker's log levels (KIP-412), server/loggers.py
 GROUP = 32  # group configs (KIP-848, KIP-932): the share groups' ones, in handlers/share_admin.py
-SOURCE = {"TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5, "GROUP_CONFIG": 8}
+SOURCE = {"TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2, "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
+          "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5, "DYNAMIC_BROKER_LOGGER_CONFIG": 6,
+          "GROUP_CONFIG": 8}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -42,13 +60,27 @@ def _entries(ctx: RequestContext, resource: _Resource) -> list[tuple[str, str | 
     """(name, value, source, read_only, sensitive) of a resource; raises LookupError if unknown."""
     if resource.resource_type == GROUP:
         return share_admin.group_config_entries(ctx, resource.resource_name)
+    if resource.resource_type == BROKER_LOGGER:
+        return loggers.describe()
     if resource.resource_type == TOPIC:
         if ctx.services.logs.topic(resource.resource_name) is None:
             raise LookupError(resource.resource_name)
         return [(e.name, e.value, e.source, e.read_only, e.sensitive)
                 for e in ctx.services.logs.describe_topic_configs(resource.resource_name)]
+    dynamic = ctx.services.dynamic_config
+    if dynamic is not None:
+        return dynamic.describe(DEFAULT_SCOPE if resource.resource_name == "" else BROKER_SCOPE)
     return [(e.name, e.value, "DEFAULT_CONFIG" if e.is_default else "STATIC_BROKER_CONFIG",
              e.read_only, e.is_sensitive) for e in ctx.services.config.items()]
+
+
+def _unknown_broker(ctx: RequestContext, name: str) -> str | None:
+    """Why a BROKER resource's name is not this broker's nor the cluster default's, or None."""
+    node_id = str(ctx.services.identity.node_id)
+    if name in ("", node_id):
+        return None
+    return f"Unexpected broker id, expected {node_id} (or \"\" for the cluster default), but " \
+           f"received {name}"
 
 
 def _denied(ctx: RequestContext, operation: Operation, res: _Resource) -> ErrorCode | None:
@@ -59,10 +91,81 @@ def _denied(ctx: RequestContext, operation: Operation, res: _Resource) -> ErrorC
     elif res.resource_type == GROUP and not ctx.authorize(operation, ResourceType.GROUP,
                                                           res.resource_name):
         return ErrorCode.group_authorization_failed
-    elif res.resource_type == BROKER and not ctx.authorize(operation, ResourceType.CLUSTER,
-                                                           CLUSTER_NAME):
+    elif res.resource_type in (BROKER, BROKER_LOGGER) and not ctx.authorize(
+            operation, ResourceType.CLUSTER, CLUSTER_NAME):
         return ErrorCode.cluster_authorization_failed
     return None
+
+
+@dataclass(slots=True)
+class _Changes:
+    """What one resource of an (Incremental)AlterConfigs request asks for."""
+
+    set: dict[str, str] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+    append: dict[str, str] = field(default_factory=dict)
+    subtract: dict[str, str] = field(default_factory=dict)
+    replace: bool = False  # the legacy AlterConfigs: the given values become the whole set
+
+
+def _incremental_changes(configs: Iterable[Any]) -> tuple[_Changes, str | None]:
+    """An IncrementalAlterConfigs resource's operations; the reason if one is malformed."""
+    changes = _Changes()
+    by_operation = {SET: changes.set, APPEND: changes.append, SUBTRACT: changes.subtract}
+    for c in configs:
+        if c.config_operation == DELETE:
+            changes.delete.append(c.name)
+        elif c.config_operation in by_operation and c.value is not None:
+            by_operation[c.config_operation][c.name] = c.value
+        else:
+            return changes, (f"operation {c.config_operation} on {c.name} needs a value"
+                             if c.config_operation in by_operation
+                             else f"unknown operation {c.config_operation} on {c.name}")
+    return changes, None
+
+
+def _alter(ctx: RequestContext, resource_type: int, name: str, changes: _Changes,
+           validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Apply one TOPIC, BROKER or BROKER_LOGGER resource's changes: (error, message)."""
+    logs = ctx.services.logs
+    if resource_type == TOPIC:
+        info = logs.topic(name)
+        if info is None:
+            return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
+        delete = ([k for k in info.configs if k not in changes.set] if changes.replace
+                  else changes.delete)
+        try:
+            logs.alter_topic_configs(name, changes.set, delete, append=changes.append,
+                                     subtract=changes.subtract, validate_only=validate_only)
+        except LogError as exc:
+            return exc.error_code, str(exc)
+        return ErrorCode.none, None
+    if resource_type not in (BROKER, BROKER_LOGGER):
+        return ErrorCode.invalid_request, f"resource type {resource_type} not supported"
+    unknown = _unknown_broker(ctx, name)
+    if unknown is not None or (resource_type == BROKER_LOGGER and not name):
+        return ErrorCode.invalid_request, unknown or "BROKER_LOGGER needs this broker's id"
+    if changes.append or changes.subtract:
+        return ErrorCode.invalid_config, ("APPEND and SUBTRACT need a list-typed config; no "
+                                          "dynamic broker config or logger level is one: use SET")
+    if resource_type == BROKER_LOGGER:
+        if changes.replace:
+            return ErrorCode.invalid_request, ("AlterConfigs cannot change BROKER_LOGGER; use "
+                                               "IncrementalAlterConfigs")
+        try:
+            loggers.alter(changes.set, changes.delete, validate_only=validate_only)
+        except loggers.LoggerConfigError as exc:
+            return exc.error_code, str(exc)
+        return ErrorCode.none, None
+    dynamic = ctx.services.dynamic_config
+    if dynamic is None:
+        return ErrorCode.invalid_request, "this broker's configs cannot change at run time"
+    try:
+        dynamic.alter(DEFAULT_SCOPE if name == "" else BROKER_SCOPE, changes.set, changes.delete,
+                      replace=changes.replace, validate_only=validate_only)
+    except DynamicConfigError as exc:
+        return exc.error_code, f"Invalid config value for resource BROKER {name!r}: {exc}"
+    return ErrorCode.none, None
 
 
 async def handle_describe_configs(ctx: RequestContext,
@@ -73,9 +176,9 @@ async def handle_describe_configs(ctx: RequestContext,
         denied = _denied(ctx, Operation.DESCRIBE_CONFIGS, res)
         if denied is not None:
             error = denied
-        elif res.resource_type == BROKER and res.resource_name not in ("", str(ctx.services.identity.node_id)):
-            error, message = ErrorCode.invalid_request, f"unknown broker {res.resource_name!r}"
-        elif res.resource_type not in (TOPIC, BROKER, GROUP):
+        elif res.resource_type in (BROKER, BROKER_LOGGER) and _unknown_broker(ctx, res.resource_name):
+            error, message = ErrorCode.invalid_request, _unknown_broker(ctx, res.resource_name)
+        elif res.resource_type not in (TOPIC, BROKER, GROUP, BROKER_LOGGER):
             error, message = ErrorCode.invalid_request, f"resource type {res.resource_type} not supported"
         else:
             try:
@@ -110,39 +213,37 @@ async def handle_incremental_alter_configs(ctx: RequestContext,
         elif res.resource_type == GROUP:
             error, message = await share_admin.alter_group_resource(ctx, res,
                                                                     request.validate_only)
-        elif res.resource_type != TOPIC:
-            error = ErrorCode.invalid_request
-            message = "only topic configs can be altered; broker configs are static"
-        elif ctx.services.logs.topic(res.resource_name) is None:
-            error = ErrorCode.unknown_topic_or_partition
-            message = f"topic {res.resource_name!r} does not exist"
         else:
-            to_set: dict[str, str] = {}
-            to_delete: list[str] = []
-            to_append: dict[str, str] = {}
-            to_subtract: dict[str, str] = {}
-            by_operation = {SET: to_set, APPEND: to_append, SUBTRACT: to_subtract}
-            for c in res.configs:
-                if c.config_operation == DELETE:
-                    to_delete.append(c.name)
-                elif c.config_operation in by_operation and c.value is not None:
-                    by_operation[c.config_operation][c.name] = c.value
-                else:
-                    error = ErrorCode.invalid_request
-                    message = (f"operation {c.config_operation} on {c.name} needs a value"
-                               if c.config_operation in by_operation
-                               else f"unknown operation {c.config_operation} on {c.name}")
-            if error == ErrorCode.none:
-                try:
-                    ctx.services.logs.alter_topic_configs(
-                        res.resource_name, to_set, to_delete, append=to_append,
-                        subtract=to_subtract, validate_only=request.validate_only)
-                except LogError as exc:
-                    error, message = exc.error_code, str(exc)
-        responses.append(ctx.nested("AlterConfigsResourceResponse", error_code=error,
-                                    error_message=message, resource_type=res.resource_type,
-                                    resource_name=res.resource_name))
+            changes, malformed = _incremental_changes(res.configs)
+            if malformed is not None:
+                error, message = ErrorCode.invalid_request, malformed
+            else:
+                error, message = _alter(ctx, res.resource_type, res.resource_name, changes,
+                                        request.validate_only)
+        responses.append(_altered(ctx, res, error, message))
     return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+
+async def handle_alter_configs(ctx: RequestContext,
+                               request: AlterConfigsRequest) -> ResponsePayload:
+    """The legacy AlterConfigs: each resource's dynamic values become exactly those given."""
+    responses = []
+    for res in request.resources:
+        denied = _denied(ctx, Operation.ALTER_CONFIGS, res)
+        if denied is not None:
+            error, message = denied, None
+        else:
+            changes = _Changes(set={c.name: c.value for c in res.configs if c.value is not None},
+                               replace=True)
+            error, message = _alter(ctx, res.resource_type, res.resource_name, changes,
+                                    request.validate_only)
+        responses.append(_altered(ctx, res, error, message))
+    return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+
+def _altered(ctx: RequestContext, res: _Resource, error: ErrorCode, message: str | None) -> Any:
+    return ctx.nested("AlterConfigsResourceResponse", error_code=error, error_message=message,
+                      resource_type=res.resource_type, resource_name=res.resource_name)
 
 
 async def handle_describe_cluster(ctx: RequestContext,
@@ -165,5 +266,6 @@ async def handle_describe_cluster(ctx: RequestContext,
 HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
 }

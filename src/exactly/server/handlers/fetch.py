@@ -1,4 +1,28 @@
-"""Fetch (v4–v18): whole stored batches from the fetch offset, long-polling until min_bytes.
+"""Fetch (v4–v18): whole stored batches from the fetch offset, under Kafka's size rules, long-polling
+until min_bytes.
+
+Size rules (Kafka's ReplicaManager.readFromLog, KIP-74):
+- The request's `max_bytes`, capped by the broker's `fetch.max.bytes`, bounds the whole answer.
+- Partitions are read in request order, each with the smaller of its own `partition_max_bytes` and
+  what is left of that total.
+- Only the first batch of the answer may exceed these limits (KIP-74): the first partition that has
+  data returns at least its first batch whole, so a consumer always progresses even when a batch is
+  larger than what it asked for. After it, a partition returns only whole batches that fit what is
+  left: the answer's records never exceed max_bytes, unless they are that one first batch.
+- Batches go out whole. Kafka slices bytes and so may end a partition's data with a fragment of a
+  batch, which clients drop (and a partition whose first batch does not fit gets nothing, as here);
+  that fragment spends Kafka's total, where here a later partition may use those bytes for whole
+  batches. Both stay within the same limits.
+- `min_bytes` is capped by that total (as Kafka does). The long poll answers as soon as the bytes
+  the answer could carry reach min_bytes, counted as Kafka's DelayedFetch counts them: a partition
+  cut short by a limit (more data below its bound than returned) counts as its
+  `partition_max_bytes`; else at `max_wait_ms`, or at once when reading a partition fails.
+- read_committed reads below the last stable offset, and its aborted-transactions list covers
+  exactly the returned range: [fetch offset, offset after the last returned batch).
+
+Kafka's `replica.fetch.response.max.bytes` is not a key here: it is the max_bytes a follower's own
+fetcher sends, and a single node has no followers; a replica's Fetch is capped by fetch.max.bytes
+like any other, as in Kafka.
 
 Fetch sessions (KIP-227) are declined: the answer always carries session id 0, which tells the
 client to keep sending full fetch requests, as Kafka allows.
@@ -15,6 +39,7 @@ from exactly.log import PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
+from exactly.protocol.records import iter_batches
 from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log, topic_of, unknown_topic_error
@@ -38,6 +63,28 @@ class _Wanted:
 
 # A requested topic: its entry in the request, its name and id, its partitions.
 _Topic = tuple[object, str | None, uuid.UUID | None, list[_Wanted]]
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One read of every requested partition: the answer and what decides whether to send it."""
+
+    responses: tuple[Any, ...]
+    size: int
+    # Per partition read: (records returned, fetch offset, bound it was read below, its
+    # partition_max_bytes).
+    reads: list[tuple[bytes, int, int, int]]
+    read_failed: bool
+
+    def available(self) -> int:
+        """Bytes toward min_bytes, as Kafka's DelayedFetch counts them: a partition with more data
+        below its bound than it returned counts as its partition_max_bytes (what waiting could
+        never add to)."""
+        counted = 0
+        for records, offset, bound, max_bytes in self.reads:
+            more = (_next_offset(records) if records else offset) < bound
+            counted += max(len(records), max_bytes) if more else len(records)
+        return counted
 
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> ResponsePayload:
@@ -65,13 +112,18 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> ResponsePa
                 logs.append(plog)
         wanted.append((topic, name, topic_id, parts))
 
+    # fetch.max.bytes caps the answer, and min_bytes by it (Kafka's ReplicaManager): else a consumer
+    # asking for more than the cap allows would wait out max_wait for bytes it can never get.
+    max_bytes = max(0, min(request.max_bytes, ctx.services.config["fetch.max.bytes"]))
+    min_bytes = min(request.min_bytes, max_bytes)
     deadline = time.monotonic() + request.max_wait.total_seconds()
     while True:
-        responses, total = _read(ctx, request, wanted)
+        read = _read(ctx, request, wanted, max_bytes)
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or remaining <= 0 or not logs:
+        if (read.size >= min_bytes or remaining <= 0 or not logs or read.read_failed
+                or read.available() >= min_bytes):
             return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
-                                responses=responses)
+                                responses=read.responses)
         await ctx.services.appends.wait_for_append(logs, remaining)
 
 
@@ -83,45 +135,67 @@ def _replica_id(request: FetchRequest) -> int:
     return int(replica_id)
 
 
-def _read(ctx: RequestContext, request: FetchRequest,
-          wanted: list[_Topic]) -> tuple[tuple[Any, ...], int]:
-    budget: int = request.max_bytes
-    total = 0
+def _next_offset(records: bytes) -> int:
+    """The offset after the last batch of `records` (whole batches, as the log returns them);
+    -1 for none."""
+    last = None
+    for last in iter_batches(records):
+        pass
+    return -1 if last is None else last.next_offset
+
+
+def _aborted(ctx: RequestContext, plog: PartitionLog, offset: int, bound: int,
+             records: bytes) -> tuple[Any, ...]:
+    """The aborted transactions with records in the returned range [offset, after `records`).
+    The range's end costs a walk over the returned batches' headers, so it is found only when
+    some transaction below the bound was aborted at all."""
+    found = plog.aborted_transactions(offset, bound)
+    if not found:
+        return ()
+    end = _next_offset(records)
+    return tuple(ctx.nested("AbortedTransaction", producer_id=pid, first_offset=first)
+                 for pid, first in found if first < end)
+
+
+def _read(ctx: RequestContext, request: FetchRequest, wanted: list[_Topic], max_bytes: int) -> _Pass:
+    left = max_bytes
+    size = 0
+    reads = []
+    read_failed = False
     responses = []
     committed = request.isolation_level == READ_COMMITTED
     for _topic, name, topic_id, parts in wanted:
         partitions = []
         for w in parts:
-            records: bytes | memoryview = b""
+            records = b""
             aborted: tuple[Any, ...] | None = () if committed else None
             error = w.error
             hwm = lso = start = -1
             if w.plog is not None:
                 plog = w.plog
                 hwm, lso, start = plog.high_watermark, plog.last_stable_offset, plog.log_start_offset
-                upper = lso if committed else hwm
-                # KIP-74: the first batch of the response goes out whole even past the limits, so
-                # the consumer always progresses; later partitions get what still fits.
-                limit = w.max_bytes if total == 0 else min(w.max_bytes, budget)
+                bound = lso if committed else hwm
                 try:
-                    if limit > 0 or total == 0:
-                        records = plog.read(w.offset, limit, max_offset=upper,
-                                            min_one_batch=total == 0)
+                    # KIP-74: only the answer's first batch may exceed the limits. Every partition
+                    # is read even with nothing left, so an out-of-range offset is still reported.
+                    records = bytes(plog.read(w.offset, max(0, min(w.max_bytes, left)),
+                                              max_offset=bound, min_one_batch=size == 0))
                 except LogError as exc:
                     error = exc.error_code
+                    read_failed = True
+                else:
+                    reads.append((records, w.offset, bound, w.max_bytes))
                 if committed and records:
-                    aborted = tuple(
-                        ctx.nested("AbortedTransaction", producer_id=pid, first_offset=first)
-                        for pid, first in plog.aborted_transactions(w.offset, upper))
-            total += len(records)
-            budget -= len(records)
+                    aborted = _aborted(ctx, plog, w.offset, bound, records)
+            size += len(records)
+            left = max(0, left - len(records))
             partitions.append(ctx.nested(
                 "PartitionData", partition_index=w.partition, error_code=error, high_watermark=hwm,
                 last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
-                preferred_read_replica=-1, records=bytes(records)))
+                preferred_read_replica=-1, records=records))
         responses.append(ctx.nested("FetchableTopicResponse", topic=name or "", topic_id=topic_id,
                                     partitions=tuple(partitions)))
-    return tuple(responses), total
+    return _Pass(tuple(responses), size, reads, read_failed)
 
 
 HANDLERS: dict[int, Handler] = {ApiKey.FETCH: handle_fetch}

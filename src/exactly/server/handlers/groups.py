@@ -1,5 +1,5 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-TxnOffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, and KIP-848's
+TxnOffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's
 ConsumerGroupHeartbeat and ConsumerGroupDescribe — thin adapters over `exactly.groups`.
 
 The coordinator is sans-IO: parked JoinGroup/SyncGroup answers come through callbacks, which
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         LeaveGroupRequestUpToV2,
         ListGroupsRequest,
         OffsetCommitRequest,
+        OffsetDeleteRequest,
         OffsetFetchRequest,
         OffsetFetchRequestFromV8,
         OffsetFetchRequestUpToV7,
@@ -76,6 +77,19 @@ def _topic_errors(ctx: RequestContext, operation: Operation,
     for tp in denied:
         del offsets[tp]
     return dict.fromkeys(denied, ErrorCode.topic_authorization_failed)
+
+
+def _partition_errors(ctx: RequestContext, api: str, topics: Sequence[Any],
+                      errors: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
+    """The `{api}ResponseTopic`s answering the request's topics with an error per partition
+    (OffsetCommit, TxnOffsetCommit, OffsetDelete)."""
+    return tuple(
+        ctx.nested(f"{api}ResponseTopic", name=topic.name, partitions=tuple(
+            ctx.nested(f"{api}ResponsePartition", partition_index=p.partition_index,
+                       error_code=errors[(topic.name, p.partition_index)])
+            for p in topic.partitions))
+        for topic in topics
+    )
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -149,6 +163,8 @@ async def handle_join_group(ctx: RequestContext, request: JoinGroupRequest) -> R
         protocols=[(p.name, p.metadata) for p in request.protocols],
         # MEMBER_ID_REQUIRED is understood from v4 on (KIP-394).
         require_known_member_id=ctx.api_version >= 4,
+        # A restarted static leader may be told to skip the assignment from v9 on (KIP-814).
+        supports_skip_assignment=ctx.api_version >= 9,
         now_ms=ctx.services.clock(), respond=respond,
     )
     result = await future
@@ -258,13 +274,7 @@ async def handle_offset_commit(ctx: RequestContext,
         if result.log is not None:
             # Acknowledge a commit only once it is durable under the flush policy.
             await ctx.services.appends.sync([result.log])
-    topics = tuple(
-        ctx.nested("OffsetCommitResponseTopic", name=topic.name, partitions=tuple(
-            ctx.nested("OffsetCommitResponsePartition", partition_index=p.partition_index,
-                       error_code=errors[(topic.name, p.partition_index)])
-            for p in topic.partitions))
-        for topic in request.topics
-    )
+    topics = _partition_errors(ctx, "OffsetCommit", request.topics, errors)
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
 
 
@@ -344,13 +354,7 @@ async def handle_txn_offset_commit(ctx: RequestContext,
         # Acknowledge only once the offsets (and the partition's place in the transaction) are
         # durable under the flush policy.
         await services.appends.sync(to_sync)
-    topics = tuple(
-        ctx.nested("TxnOffsetCommitResponseTopic", name=topic.name, partitions=tuple(
-            ctx.nested("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
-                       error_code=errors[(topic.name, p.partition_index)])
-            for p in topic.partitions))
-        for topic in request.topics
-    )
+    topics = _partition_errors(ctx, "TxnOffsetCommit", request.topics, errors)
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
 
 
@@ -465,7 +469,7 @@ async def handle_describe_groups(ctx: RequestContext,
                 group_id=group_id, group_state="Dead", protocol_type="", protocol_data="",
                 members=(), authorized_operations=-(2**31)))
             continue
-        d = coordinator.describe_group(group_id)
+        d = coordinator.describe_group(group_id, ctx.services.clock())
         members = tuple(
             ctx.nested("DescribedGroupMember", member_id=m.member_id,
                        group_instance_id=m.group_instance_id, client_id=m.client_id,
@@ -485,7 +489,8 @@ async def handle_describe_groups(ctx: RequestContext,
 async def handle_list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ResponsePayload:
     states = set(getattr(request, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
-    listed = [g for g in _coordinator(ctx).list_groups(states) + share.listings(ctx, states)
+    listed = [g for g in (_coordinator(ctx).list_groups(states, ctx.services.clock())
+                          + share.listings(ctx, states))
               if not types or g.group_type in types]
     if not ctx.authorize(Operation.DESCRIBE):  # else only the groups it may describe
         listed = [g for g in listed if _may(ctx, Operation.DESCRIBE, g.group_id)]
@@ -512,6 +517,30 @@ async def handle_delete_groups(ctx: RequestContext,
         for name in names
     )
     return ctx.response(throttle_time=NO_THROTTLE, results=results)
+
+
+async def handle_offset_delete(ctx: RequestContext,
+                               request: OffsetDeleteRequest) -> ResponsePayload:
+    """OffsetDelete (KIP-496): DELETE on the group, READ on each topic, as Kafka checks."""
+    if not _may(ctx, Operation.DELETE, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.group_authorization_failed, topics=())
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    errors = _topic_errors(ctx, Operation.READ, dict.fromkeys(wanted, OffsetToCommit(-1)))
+    logs = ctx.services.logs
+    for tp in wanted:
+        info = logs.topic(tp[0])
+        if tp not in errors and (info is None or not 0 <= tp[1] < info.num_partitions):
+            errors[tp] = ErrorCode.unknown_topic_or_partition
+    top, result = _coordinator(ctx).delete_offsets(
+        request.group_id, [tp for tp in wanted if tp not in errors], ctx.services.clock())
+    if top is not ErrorCode.none:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=top, topics=())
+    if result.log is not None:  # the tombstones are durable before the answer
+        await ctx.services.appends.sync([result.log])
+    errors.update(result.errors)
+    topics = _partition_errors(ctx, "OffsetDelete", request.topics, errors)
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=topics)
 
 
 # -- ConsumerGroupHeartbeat / ConsumerGroupDescribe (KIP-848) --------------------------------
@@ -636,6 +665,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     ApiKey.LIST_GROUPS: handle_list_groups,
     ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
 }
