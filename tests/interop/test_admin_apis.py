@@ -1,8 +1,8 @@
 """The admin APIs of issue 17 with unchanged confluent-kafka (librdkafka) clients over TCP:
 `delete_records` then a consumer from the beginning starts at the new low watermark, also after
 kill -9; the legacy `alter_configs` replaces a topic's overrides; `elect_leaders` answers as a
-single-replica cluster (ELECTION_NOT_NEEDED); and DescribeQuorum, which librdkafka does not send,
-on the raw wire: this node the only voter and the leader."""
+single-replica cluster (ELECTION_NOT_NEEDED); DescribeQuorum, which librdkafka does not send,
+on the raw wire: this node the only voter and the leader; and kafka-python's `describe_log_dirs`."""
 
 from __future__ import annotations
 
@@ -122,3 +122,23 @@ def test_single_node_answers_to_elect_leaders_and_describe_quorum(broker) -> Non
             assert [n.node_id for n in answer.nodes] == [1]
             assert answer.nodes[0].listeners[0].port == int(port)
         assert wrong.error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_describe_log_dirs_with_kafka_python(broker) -> None:
+    """confluent-kafka's Python AdminClient has no describe_log_dirs; kafka-python's has."""
+    from kafka import KafkaAdminClient
+
+    create_topic(broker.bootstrap, "sized-kp", partitions=2)
+    produce_confluent(broker.bootstrap, "sized-kp", [b"x" * 1000] * 20)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        (answer,) = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    (log_dir,) = answer["log_dirs"]  # one: the data directory
+    assert log_dir["error_code"] == 0 and log_dir["log_dir"] == str(broker.data_dir)
+    sizes = {(t["name"], p["partition_index"]): (p["partition_size"], p["offset_lag"])
+             for t in log_dir["topics"] for p in t["partitions"]}
+    assert sizes[("sized-kp", 0)][0] + sizes[("sized-kp", 1)][0] > 20 * 1000  # the records
+    assert {lag for _, lag in sizes.values()} == {0}
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
