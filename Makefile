@@ -10,7 +10,9 @@ LINT_PATHS := src/exactly/failpoints.py src/exactly/configdef.py src/exactly/pro
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 STAMP := $(VENV)/.exactly-installed-$(PYPROJECT_HASH)
 
-.PHONY: venv test demo bench lint
+.PHONY: venv test demo bench lint system-deps-test system-deps-demo
+# Prerequisites run in the order written: the system set-up step comes before anything else.
+.NOTPARALLEL:
 
 venv: $(STAMP)
 
@@ -20,6 +22,13 @@ $(STAMP):
 	@rm -f $(VENV)/.exactly-installed-*
 	@touch $@
 
+# The system set-up step (scripts/system-deps.sh, also run by .ci/run): the Debian packages the
+# tests or the demo need, installed with apt-get as root, otherwise named with the command that
+# installs them. SKIP_SYSTEM_DEPS=1 goes on without them.
+SKIP_SYSTEM_DEPS ?=
+system-deps-test system-deps-demo:
+	@if [ "$(SKIP_SYSTEM_DEPS)" != 1 ]; then bash scripts/system-deps.sh $(@:system-deps-%=%); fi
+
 # The suite runs in two parts: most tests on PYTEST_WORKERS pytest-xdist workers (they mostly
 # wait on broker processes and Spark JVMs, so three share two cores well), then the tests marked
 # `serial`, which measure the broker's memory or latency, alone. PYTEST_WORKERS=0 runs the first
@@ -27,7 +36,7 @@ $(STAMP):
 # Exit code 5 ("no tests collected") of one part is fine when the other ran tests;
 # ALLOW_NO_TESTS=1 (CI) also accepts it from both.
 PYTEST_WORKERS ?= 3
-test: venv
+test: system-deps-test venv
 	@rc1=0; rc2=0; \
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) -m "not serial" --durations=30 \
 		$(PYTEST_ARGS) || rc1=$$?; \
@@ -39,7 +48,7 @@ test: venv
 		echo "pytest collected no tests (exit 5): treated as success"; rc=0; \
 	fi; exit $$rc
 
-demo: venv
+demo: system-deps-demo venv
 	$(VENV)/bin/exactly demo $(DEMO_ARGS)
 
 bench: venv

@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 
-def exactly(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def exactly(*args: str, check: bool = True, timeout: float = 60,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `exactly ARGS...`; `input` is its stdin (none by default)."""
     proc = subprocess.run([sys.executable, "-m", "exactly", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+                          timeout=timeout, check=False, input=input,
+                          stdin=subprocess.DEVNULL if input is None else None)
     if check and proc.returncode != 0:
         raise AssertionError(f"exactly {' '.join(args)} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")

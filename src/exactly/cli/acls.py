@@ -15,6 +15,7 @@ from exactly.cli.common import (
     command_config_option,
     open_admin,
     print_table,
+    timeout_option,
 )
 from exactly.client.admin import (
     AclBinding,
@@ -124,10 +125,11 @@ def acls() -> None:
 @acls.command()
 @bootstrap_option
 @command_config_option
+@timeout_option
 @principal_options
 @resource_options
 @_pattern_option("literal", ["literal", "prefixed"])
-def add(bootstrap: str, command_config: str | None, allow_principals: tuple[str, ...],
+def add(bootstrap: str, command_config: str | None, timeout_ms: int, allow_principals: tuple[str, ...],
         deny_principals: tuple[str, ...], allow_hosts: tuple[str, ...],
         deny_hosts: tuple[str, ...], operations: tuple[str, ...], topics: tuple[str, ...],
         groups: tuple[str, ...], txn_ids: tuple[str, ...], cluster: bool, pattern: str) -> None:
@@ -145,7 +147,7 @@ def add(bootstrap: str, command_config: str | None, allow_principals: tuple[str,
     bindings = [AclBinding(rtype, name, pattern_type, principal, host, op, permission)
                 for rtype, name in resources for permission, principal, host in entries
                 for op in ops]
-    with open_admin(bootstrap, command_config, "exactly-acls") as admin:
+    with open_admin(bootstrap, command_config, "exactly-acls", timeout_ms) as admin:
         admin_call("add ACLs", lambda: admin.create_acls(bindings))
     click.echo(f"Added {len(bindings)} ACL(s):")
     _print(bindings)
@@ -154,10 +156,11 @@ def add(bootstrap: str, command_config: str | None, allow_principals: tuple[str,
 @acls.command("list")
 @bootstrap_option
 @command_config_option
+@timeout_option
 @resource_options
 @click.option("--principal", default=None, metavar="User:NAME", help="Only this principal's ACLs.")
 @_pattern_option("any", ["any", "match", "literal", "prefixed"])
-def list_(bootstrap: str, command_config: str | None, topics: tuple[str, ...],
+def list_(bootstrap: str, command_config: str | None, timeout_ms: int, topics: tuple[str, ...],
           groups: tuple[str, ...], txn_ids: tuple[str, ...], cluster: bool, principal: str | None,
           pattern: str) -> None:
     """List ACLs, of the resources given or of all."""
@@ -168,7 +171,7 @@ def list_(bootstrap: str, command_config: str | None, topics: tuple[str, ...],
     filters = ([AclBindingFilter(rtype, name, pattern_type, principal) for rtype, name in resources]
                or [AclBindingFilter(ResourceType.ANY, None, pattern_type, principal)])
     found: list[AclBinding] = []
-    with open_admin(bootstrap, command_config, "exactly-acls") as admin:
+    with open_admin(bootstrap, command_config, "exactly-acls", timeout_ms) as admin:
         for f in filters:
             found += admin_call("list ACLs", functools.partial(admin.describe_acls, f))
     _print(list(dict.fromkeys(found)))
@@ -177,10 +180,11 @@ def list_(bootstrap: str, command_config: str | None, topics: tuple[str, ...],
 @acls.command()
 @bootstrap_option
 @command_config_option
+@timeout_option
 @principal_options
 @resource_options
 @_pattern_option("literal", ["any", "match", "literal", "prefixed"])
-def remove(bootstrap: str, command_config: str | None, allow_principals: tuple[str, ...],
+def remove(bootstrap: str, command_config: str | None, timeout_ms: int, allow_principals: tuple[str, ...],
            deny_principals: tuple[str, ...], allow_hosts: tuple[str, ...],
            deny_hosts: tuple[str, ...], operations: tuple[str, ...], topics: tuple[str, ...],
            groups: tuple[str, ...], txn_ids: tuple[str, ...], cluster: bool, pattern: str) -> None:
@@ -199,7 +203,7 @@ def remove(bootstrap: str, command_config: str | None, allow_principals: tuple[s
         entries = [(AclPermissionType.ANY, None, None)]
     filters = [AclBindingFilter(rtype, name, pattern_type, principal, host, op, perm)
                for rtype, name in resources for perm, principal, host in entries for op in ops]
-    with open_admin(bootstrap, command_config, "exactly-acls") as admin:
+    with open_admin(bootstrap, command_config, "exactly-acls", timeout_ms) as admin:
         deleted = admin_call("remove ACLs", lambda: admin.delete_acls(filters))
     click.echo(f"Removed {len(deleted)} ACL(s):")
     _print(deleted)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import socket
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -21,6 +23,64 @@ bootstrap_option = click.option(
     metavar="HOST:PORT",
     help="The broker to connect to.",
 )
+
+
+class TimeoutType(click.ParamType):
+    """A duration in milliseconds, as Kafka's tools take it; `30s` and `500ms` are accepted too."""
+
+    name = "ms"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        scale, number = (1000, text[:-1]) if text.endswith("s") and not text.endswith("ms") else (
+            1, text.removesuffix("ms"))
+        try:
+            ms = round(float(number) * scale)
+        except ValueError:
+            self.fail(f"{value!r} is not a duration in ms (e.g. 5000, or 5s)", param, ctx)
+        if ms < 1:
+            self.fail(f"{value!r} must be at least 1 ms", param, ctx)
+        return ms
+
+
+timeout_option = click.option(
+    "--timeout",
+    "timeout_ms",
+    type=TimeoutType(),
+    default=30_000,
+    show_default=True,
+    metavar="MS",
+    help="How long to wait for the broker, in ms (5s also works). With no broker there, "
+    "the command says so within it.",
+)
+
+
+def require_broker(bootstrap: str, timeout_ms: int) -> None:
+    """Exit with "no broker at HOST:PORT (why)" unless one of the bootstrap servers accepts a
+    TCP connection within `timeout_ms`. Checked before any client starts, so that a broker that
+    is down is said in one line, at once, rather than by a client retrying (and logging) until
+    its own timeouts run out."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    reasons: list[str] = []
+    for server in (s.strip() for s in bootstrap.split(",") if s.strip()):
+        host, sep, port = server.rpartition(":")
+        if not sep or not port.isdigit():
+            fail(f"{server!r} is not HOST:PORT", 2)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            reasons.append(f"{server}: no answer in {timeout_ms} ms")
+            continue
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=left).close()
+            return
+        except TimeoutError:
+            reasons.append(f"{server}: no answer in {timeout_ms} ms")
+        except OSError as exc:
+            reasons.append(f"{server}: {exc.strerror or exc}")
+    fail(f"no broker at {bootstrap} ({'; '.join(reasons) or 'no server given'}); start one with "
+         "`exactly broker` or give --bootstrap-server HOST:PORT")
 
 
 def parse_pairs(pairs: Iterable[str], option: str) -> dict[str, str]:
@@ -63,18 +123,14 @@ command_config_option = click.option(
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
-def client_settings(bootstrap: str, command_config: str | None, client_id: str) -> dict[str, Any]:
-    """bootstrap.servers and the command config's settings that Exactly's client knows. Kafka's
-    sasl.jaas.config gives the user name and password; other Java-only keys are skipped with a
-    warning, as Kafka's tools warn about unused settings."""
-    from exactly.client.config import _KEYS as CLIENT_KEYS
+def read_client_properties(path: str) -> dict[str, str]:
+    """A client properties file (--command-config, --producer.config, --consumer.config) as
+    key -> value; Kafka's sasl.jaas.config becomes sasl.username and sasl.password, the names
+    Exactly's client and librdkafka take. A file that cannot be read exits with status 2."""
     from exactly.server.config import ConfigError, read_properties_file
 
-    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "client.id": client_id}
-    if command_config is None:
-        return settings
     try:
-        props = {k: v for k, (v, _where) in read_properties_file(command_config).items()}
+        props = {k: v for k, (v, _where) in read_properties_file(path).items()}
     except ConfigError as exc:
         fail(str(exc), 2)
     jaas = props.pop("sasl.jaas.config", None)
@@ -83,6 +139,18 @@ def client_settings(bootstrap: str, command_config: str | None, client_id: str) 
         for name in ("username", "password"):
             if name in options:
                 props.setdefault(f"sasl.{name}", options[name].replace('\\"', '"'))
+    return props
+
+
+def client_settings(bootstrap: str, command_config: str | None, client_id: str) -> dict[str, Any]:
+    """bootstrap.servers and the command config's settings that Exactly's client knows; other
+    (Java-only) keys are skipped with a warning, as Kafka's tools warn about unused settings."""
+    from exactly.client.config import _KEYS as CLIENT_KEYS
+
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "client.id": client_id}
+    if command_config is None:
+        return settings
+    props = read_client_properties(command_config)
     for key in sorted(props):
         if key == "bootstrap.servers":
             continue  # --bootstrap-server wins, as in Kafka's tools
@@ -94,12 +162,18 @@ def client_settings(bootstrap: str, command_config: str | None, client_id: str) 
     return settings
 
 
-def open_admin(bootstrap: str, command_config: str | None, client_id: str) -> Any:
-    """Exactly's blocking Admin client, or a clean exit on a bad setting."""
+def open_admin(bootstrap: str, command_config: str | None, client_id: str,
+               timeout_ms: int) -> Any:
+    """Exactly's blocking Admin client, its requests bounded by `timeout_ms`; a clean exit on a
+    bad setting or when no broker is there."""
     from exactly.client import Admin, ConfigError
 
+    settings = client_settings(bootstrap, command_config, client_id)
+    settings["request.timeout.ms"] = timeout_ms
+    settings["socket.connection.setup.timeout.ms"] = timeout_ms
+    require_broker(bootstrap, timeout_ms)
     try:
-        return Admin(client_settings(bootstrap, command_config, client_id))
+        return Admin(settings)
     except ConfigError as exc:
         fail(f"bad client settings: {exc}", 2)
 

@@ -1,6 +1,8 @@
 """`exactly produce` and `exactly consume`: lines in, lines out, as Kafka's console tools.
 
-These use confluent-kafka until the project's own client arrives.
+These use confluent-kafka until the project's own client arrives. librdkafka's own log lines
+are turned off (log_level 0): with a broker down it logs each reconnect, hundreds of lines, and
+every failure that matters reaches us through delivery reports, poll or exceptions anyway.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from typing import Any
 
 import click
 
-from exactly.cli.common import bootstrap_option, fail, kafka_error_text, parse_pairs
+from exactly.cli.common import (
+    bootstrap_option,
+    fail,
+    kafka_error_text,
+    parse_pairs,
+    read_client_properties,
+    require_broker,
+    timeout_option,
+)
 
 # Kafka's console tools take their reader/formatter settings with --property; anything else
 # given there goes to the client's config.
@@ -26,6 +36,14 @@ def _true(text: str, option: str) -> bool:
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     raise click.BadParameter(f"{text!r} must be true or false", param_hint=option)
+
+
+def _config_file_option(kind: str) -> Any:
+    return click.option(
+        f"--{kind}.config", f"{kind}_config", type=click.Path(dir_okay=False), default=None,
+        metavar="FILE", help=f"A properties file of {kind} configs, as Kafka's console tools take "
+        f"(sasl.jaas.config gives sasl.username/sasl.password); --{kind}-property and "
+        "--property win over it.")
 
 
 @click.command()
@@ -52,12 +70,16 @@ def _true(text: str, option: str) -> bool:
     metavar="KEY=VALUE",
     help="A producer config (librdkafka name). Repeatable.",
 )
+@_config_file_option("producer")
+@timeout_option
 def produce(
     topic: str,
     bootstrap: str,
     key_separator: str | None,
     properties: tuple[str, ...],
     producer_properties: tuple[str, ...],
+    producer_config: str | None,
+    timeout_ms: int,
 ) -> None:
     """Write each line of stdin to TOPIC as one record (idempotent, acks=all)."""
     from confluent_kafka import KafkaException, Producer
@@ -80,12 +102,16 @@ def produce(
         "client.id": "exactly-console-producer",
         "enable.idempotence": True,
         "acks": "all",
-        # A broker that is down fails the run in a minute instead of librdkafka's five.
-        "message.timeout.ms": 60000,
+        # A broker that goes away fails the run within --timeout instead of librdkafka's 5 min.
+        "message.timeout.ms": timeout_ms,
         "linger.ms": 5,
+        "log_level": 0,
     }
+    if producer_config is not None:
+        config.update(read_client_properties(producer_config))
     config.update(props)
     config.update(parse_pairs(producer_properties, "--producer-property"))
+    require_broker(str(config["bootstrap.servers"]), timeout_ms)
     try:
         producer = Producer(config)
     except KafkaException as exc:
@@ -168,6 +194,7 @@ def produce(
 )
 @click.option(
     "--timeout-ms",
+    "idle_timeout_ms",
     type=click.IntRange(min=1),
     default=None,
     help="Exit when no record arrives for this long.",
@@ -188,6 +215,8 @@ def produce(
     metavar="KEY=VALUE",
     help="A consumer config (librdkafka name). Repeatable.",
 )
+@_config_file_option("consumer")
+@timeout_option
 def consume(
     topic: str,
     bootstrap: str,
@@ -195,13 +224,22 @@ def consume(
     group: str | None,
     isolation_level: str,
     max_messages: int | None,
-    timeout_ms: int | None,
+    idle_timeout_ms: int | None,
     print_key: bool,
     properties: tuple[str, ...],
     consumer_properties: tuple[str, ...],
+    consumer_config: str | None,
+    timeout_ms: int,
 ) -> None:
     """Print the values of TOPIC's records, one per line."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import (
+        OFFSET_BEGINNING,
+        OFFSET_END,
+        Consumer,
+        KafkaError,
+        KafkaException,
+        TopicPartition,
+    )
 
     props = parse_pairs(properties, "--property")
     if "print.key" in props:
@@ -214,6 +252,7 @@ def consume(
         "isolation.level": isolation_level,
         "auto.offset.reset": "earliest" if from_beginning else "latest",
         "enable.partition.eof": False,
+        "log_level": 0,
     }
     if group is None:
         # librdkafka needs a group id even for a consumer that only assigns; this one is never
@@ -222,9 +261,15 @@ def consume(
         config["enable.auto.commit"] = False
     else:
         config["group.id"] = group
+    if consumer_config is not None:
+        config.update(read_client_properties(consumer_config))
     config.update(props)
     config.update(parse_pairs(consumer_properties, "--consumer-property"))
-    consumer = Consumer(config)
+    require_broker(str(config["bootstrap.servers"]), timeout_ms)
+    try:
+        consumer = Consumer(config)
+    except KafkaException as exc:
+        fail(f"cannot create the consumer: {kafka_error_text(exc)}", 2)
 
     stop = False
 
@@ -235,7 +280,11 @@ def consume(
     signal.signal(signal.SIGTERM, on_term)
 
     if group is None:
-        md = consumer.list_topics(topic, timeout=30)
+        try:
+            md = consumer.list_topics(topic, timeout=timeout_ms / 1000)
+        except KafkaException as exc:
+            consumer.close()
+            fail(f"cannot read topic {topic!r} from {bootstrap}: {kafka_error_text(exc)}")
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             consumer.close()
@@ -258,8 +307,8 @@ def consume(
     try:
         while not stop and (max_messages is None or count < max_messages):
             wait = 0.5
-            if timeout_ms is not None:
-                left = timeout_ms / 1000 - (time.monotonic() - last)
+            if idle_timeout_ms is not None:
+                left = idle_timeout_ms / 1000 - (time.monotonic() - last)
                 if left <= 0:
                     break
                 wait = min(wait, left)

@@ -100,9 +100,17 @@ cli.add_command(log_files)
 @click.pass_context
 def demo(ctx: click.Context) -> None:
     """The Spark pipeline, exactly-once through driver kills (see `exactly demo --help`)."""
+    import importlib.util
+
     from exactly.demo.app import main as run_demo
 
-    raise SystemExit(run_demo(list(ctx.args)))
+    args = list(ctx.args)
+    # --help is the demo's argparse help, which needs no pyspark; a run does.
+    if not {"-h", "--help"} & set(args):
+        missing = [m for m in ("pyspark", "pyarrow") if importlib.util.find_spec(m) is None]
+        if missing:
+            fail(f"exactly demo needs {' and '.join(missing)}: pip install 'exactly[spark]'")
+    raise SystemExit(run_demo(args))
 
 
 def main() -> None:

@@ -1,45 +1,47 @@
 """`exactly topics ...`: create, list, describe and delete topics, as Kafka's kafka-topics does.
 
-These use confluent-kafka's AdminClient until the project's own admin client arrives.
+Uses Exactly's own Admin client (so `--command-config` reaches SASL and TLS listeners the same
+way `exactly transactions` does). The topic is a positional argument or `--topic`, as
+kafka-topics.sh takes it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from exactly.cli.common import bootstrap_option, fail, kafka_error_text, parse_pairs
-
-timeout_option = click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=30.0,
-    show_default=True,
-    help="Seconds to wait for the broker.",
+from exactly.cli.common import (
+    admin_call,
+    bootstrap_option,
+    command_config_option,
+    fail,
+    open_admin,
+    parse_pairs,
+    timeout_option,
 )
 
 
-def _admin(bootstrap: str) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    # No auto-creation: describing a topic that does not exist must not create it.
-    return AdminClient(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": "exactly-topics",
-            "allow.auto.create.topics": False,
-        }
-    )
+def _admin(bootstrap: str, command_config: str | None, timeout_ms: int) -> Any:
+    return open_admin(bootstrap, command_config, "exactly-topics", timeout_ms)
 
 
-def _metadata(admin: Any, timeout: float, topic: str | None = None) -> Any:
-    from confluent_kafka import KafkaException
+def topic_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """TOPIC as an argument or as --topic (kafka-topics.sh's spelling); see _topic."""
+    func = click.option("--topic", "topic_option", default=None, metavar="TOPIC",
+                        help="The topic (the same as the TOPIC argument, as kafka-topics.sh "
+                        "takes it).")(func)
+    return click.argument("topic", required=False)(func)
 
-    try:
-        return admin.list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        fail(f"cannot get metadata: {kafka_error_text(exc)}")
+
+def _topic(argument: str | None, option: str | None, required: bool) -> str | None:
+    if argument is not None and option is not None and argument != option:
+        raise click.UsageError(f"two topics given: {argument!r} and --topic {option!r}; give one")
+    topic = argument if argument is not None else option
+    if topic is None and required:
+        raise click.UsageError("give the topic: TOPIC or --topic TOPIC")
+    return topic
 
 
 @click.group()
@@ -48,7 +50,7 @@ def topics() -> None:
 
 
 @topics.command()
-@click.argument("topic")
+@topic_options
 @click.option(
     "--partitions",
     type=click.IntRange(min=1),
@@ -69,121 +71,104 @@ def topics() -> None:
     help="A topic config, e.g. retention.ms=60000. Repeatable.",
 )
 @bootstrap_option
+@command_config_option
 @timeout_option
 def create(
-    topic: str,
+    topic: str | None,
+    topic_option: str | None,
     partitions: int | None,
     replication_factor: int | None,
     configs: tuple[str, ...],
     bootstrap: str,
-    timeout: float,
+    command_config: str | None,
+    timeout_ms: int,
 ) -> None:
     """Create TOPIC."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewTopic
+    from exactly.client import NewTopic
 
-    new = NewTopic(
-        topic,
-        num_partitions=-1 if partitions is None else partitions,
-        replication_factor=-1 if replication_factor is None else replication_factor,
-        config=parse_pairs(configs, "--config"),
-    )
-    admin = _admin(bootstrap)  # keep a reference: the futures die with the client
-    futures = admin.create_topics([new], request_timeout=timeout)
-    try:
-        futures[topic].result(timeout=timeout + 5)
-    except KafkaException as exc:
-        fail(f"cannot create topic {topic!r}: {kafka_error_text(exc)}")
-    except TimeoutError:
-        fail(f"cannot create topic {topic!r}: no answer from {bootstrap} in {timeout:g}s")
-    click.echo(f"Created topic {topic}.")
+    name = _topic(topic, topic_option, required=True)
+    assert name is not None
+    new = NewTopic(name, -1 if partitions is None else partitions,
+                   -1 if replication_factor is None else replication_factor,
+                   parse_pairs(configs, "--config"))
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
+        admin_call(f"create topic {name!r}", lambda: admin.create_topics([new]))
+    click.echo(f"Created topic {name}.")
 
 
 @topics.command("list")
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__*).")
 @bootstrap_option
+@command_config_option
 @timeout_option
-def list_(exclude_internal: bool, bootstrap: str, timeout: float) -> None:
+def list_(exclude_internal: bool, bootstrap: str, command_config: str | None,
+          timeout_ms: int) -> None:
     """List the topics, one per line."""
-    admin = _admin(bootstrap)
-    md = _metadata(admin, timeout)
-    for name in sorted(md.topics):
-        if exclude_internal and name.startswith("__"):
-            continue
-        click.echo(name)
-
-
-@topics.command()
-@click.argument("topic", required=False)
-@bootstrap_option
-@timeout_option
-def describe(topic: str | None, bootstrap: str, timeout: float) -> None:
-    """Describe TOPIC (or every topic): partitions, leader, replicas, configs."""
-    from confluent_kafka import KafkaError
-
-    admin = _admin(bootstrap)
-    md = _metadata(admin, timeout, topic)
-    names = [topic] if topic else sorted(md.topics)
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
+        names = admin_call("list topics", lambda: admin.list_topics(include_internal=True))
     for name in names:
-        t = md.topics.get(name)
-        if t is None or (
-            t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-        ):
-            fail(f"topic {name!r} does not exist")
-        if t.error is not None:
-            fail(f"cannot describe topic {name!r}: {t.error.str()} ({t.error.name()})")
-        parts = [t.partitions[p] for p in sorted(t.partitions)]
-        rf = len(parts[0].replicas) if parts else 0
-        configs = _non_default_configs(admin, name, timeout)
-        click.echo(
-            f"Topic: {name}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\t"
-            f"Configs: {configs}"
-        )
-        for p in parts:
-            line = (
-                f"\tTopic: {name}\tPartition: {p.id}\tLeader: {p.leader}\t"
-                f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isrs))}"
-            )
-            if p.error is not None:
-                line += f"\tError: {p.error.name()}"
-            click.echo(line)
-
-
-def _non_default_configs(admin: Any, topic: str, timeout: float) -> str:
-    """ "k=v,..." for the topic's non-default configs; "" when the broker cannot say."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import ConfigResource, ConfigSource
-
-    try:
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        result = admin.describe_configs([resource], request_timeout=timeout)[resource].result(
-            timeout=timeout
-        )
-    except (KafkaException, TimeoutError):  # a broker without DescribeConfigs: no configs
-        return ""
-    pairs = [
-        f"{e.name}={e.value}"
-        for e in result.values()
-        if getattr(e.source, "value", e.source) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-        and not e.is_sensitive
-    ]
-    return ",".join(sorted(pairs))
+        if not (exclude_internal and name.startswith("__")):
+            click.echo(name)
 
 
 @topics.command()
-@click.argument("topic")
+@topic_options
 @bootstrap_option
+@command_config_option
 @timeout_option
-def delete(topic: str, bootstrap: str, timeout: float) -> None:
-    """Delete TOPIC."""
-    from confluent_kafka import KafkaException
+def describe(topic: str | None, topic_option: str | None, bootstrap: str,
+             command_config: str | None, timeout_ms: int) -> None:
+    """Describe TOPIC (or every topic): partitions, leader, replicas, configs."""
+    from exactly.client import KafkaError
+    from exactly.protocol.errors import ErrorCode
 
-    admin = _admin(bootstrap)  # keep a reference: the futures die with the client
-    futures = admin.delete_topics([topic], request_timeout=timeout)
+    name = _topic(topic, topic_option, required=False)
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
+        names = [name] if name else admin_call("list topics",
+                                               lambda: admin.list_topics(include_internal=True))
+
+        def describe_or_missing() -> dict[str, Any]:
+            try:
+                return admin.describe_topics(names)  # type: ignore[no-any-return]
+            except KafkaError as exc:
+                if exc.code == ErrorCode.unknown_topic_or_partition and name:
+                    fail(f"topic {name!r} does not exist")
+                raise
+
+        described = admin_call("describe topics", describe_or_missing)
+        for t in (described[n] for n in names if n in described):
+            configs = _non_default_configs(admin, t.name)
+            rf = len(t.partitions[0].replicas) if t.partitions else 0
+            click.echo(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
+                       f"ReplicationFactor: {rf}\tConfigs: {configs}")
+            for p in t.partitions:
+                click.echo(f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
+                           f"Replicas: {','.join(map(str, p.replicas))}\t"
+                           f"Isr: {','.join(map(str, p.isr))}")
+
+
+def _non_default_configs(admin: Any, topic: str) -> str:
+    """ "k=v,..." for the topic's own configs; "" when the broker cannot say."""
+    from exactly.client import KafkaError
+
     try:
-        futures[topic].result(timeout=timeout + 5)
-    except KafkaException as exc:
-        fail(f"cannot delete topic {topic!r}: {kafka_error_text(exc)}")
-    except TimeoutError:
-        fail(f"cannot delete topic {topic!r}: no answer from {bootstrap} in {timeout:g}s")
-    click.echo(f"Deleted topic {topic}.")
+        entries = admin.describe_configs(topic)
+    except KafkaError:  # a broker without DescribeConfigs, or no right to it: no configs
+        return ""
+    return ",".join(sorted(f"{e.name}={e.value}" for e in entries.values()
+                           if e.source == "TOPIC_CONFIG" and not e.is_sensitive))
+
+
+@topics.command()
+@topic_options
+@bootstrap_option
+@command_config_option
+@timeout_option
+def delete(topic: str | None, topic_option: str | None, bootstrap: str,
+           command_config: str | None, timeout_ms: int) -> None:
+    """Delete TOPIC."""
+    name = _topic(topic, topic_option, required=True)
+    assert name is not None
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
+        admin_call(f"delete topic {name!r}", lambda: admin.delete_topics([name]))
+    click.echo(f"Deleted topic {name}.")

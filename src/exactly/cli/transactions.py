@@ -16,13 +16,14 @@ from exactly.cli.common import (
     fail,
     open_admin,
     print_table,
+    timeout_option,
 )
 
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 
 
-def _admin(bootstrap: str, command_config: str | None) -> Any:
-    return open_admin(bootstrap, command_config, "exactly-transactions")
+def _admin(bootstrap: str, command_config: str | None, timeout_ms: int) -> Any:
+    return open_admin(bootstrap, command_config, "exactly-transactions", timeout_ms)
 
 
 @click.group()
@@ -33,6 +34,7 @@ def transactions() -> None:
 @transactions.command("list")
 @bootstrap_option
 @command_config_option
+@timeout_option
 @click.option(
     "--running-longer-than",
     "running_longer_than_ms",
@@ -59,13 +61,13 @@ def transactions() -> None:
 )
 def list_(
     bootstrap: str,
-    command_config: str | None,
+    command_config: str | None, timeout_ms: int,
     running_longer_than_ms: int | None,
     states: tuple[str, ...],
     producer_ids: tuple[int, ...],
 ) -> None:
     """List the transactions the coordinators know."""
-    with _admin(bootstrap, command_config) as admin:
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
         listing = admin_call("list transactions", lambda: admin.list_transactions(
             states=list(states) or None, producer_ids=list(producer_ids) or None,
             running_longer_than_ms=running_longer_than_ms))
@@ -76,10 +78,12 @@ def list_(
 @transactions.command()
 @bootstrap_option
 @command_config_option
+@timeout_option
 @click.option("--transactional-id", required=True, metavar="ID", help="The transaction to describe.")
-def describe(bootstrap: str, command_config: str | None, transactional_id: str) -> None:
+def describe(bootstrap: str, command_config: str | None, timeout_ms: int,
+             transactional_id: str) -> None:
     """Describe one transactional id's current transaction, as its coordinator knows it."""
-    with _admin(bootstrap, command_config) as admin:
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
         descs = admin_call(f"describe transaction {transactional_id!r}",
                            lambda: admin.describe_transactions([transactional_id]))
     txn = descs[transactional_id]
@@ -97,6 +101,7 @@ def describe(bootstrap: str, command_config: str | None, transactional_id: str) 
 @transactions.command("find-hanging")
 @bootstrap_option
 @command_config_option
+@timeout_option
 @click.option("--topic", required=True, help="The topic whose partitions to look at.")
 @click.option("--partition", type=click.IntRange(min=0), default=None,
               help="Only this partition (default: all of the topic's).")
@@ -110,12 +115,12 @@ def describe(bootstrap: str, command_config: str | None, transactional_id: str) 
     help="The brokers' transaction.max.timeout.ms: a transaction open longer than this is "
     "reported even if its coordinator knows it (a 2PC transaction, which never times out).",
 )
-def find_hanging(bootstrap: str, command_config: str | None, topic: str, partition: int | None,
-                 max_timeout_ms: int) -> None:
+def find_hanging(bootstrap: str, command_config: str | None, timeout_ms: int, topic: str,
+                 partition: int | None, max_timeout_ms: int) -> None:
     """Find open transactions in the partitions that no coordinator will end: unknown to their
     coordinator as an open transaction on that partition, or open longer than the maximum
     transaction timeout. End one with `exactly transactions abort`."""
-    with _admin(bootstrap, command_config) as admin:
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
         if partition is None:
             described = admin_call(f"describe topic {topic!r}",
                                    lambda: admin.describe_topics([topic]))
@@ -175,53 +180,80 @@ def _is_open(state_name: str) -> bool:
 @transactions.command()
 @bootstrap_option
 @command_config_option
+@timeout_option
 @click.option("--topic", required=True, help="The partition's topic.")
-@click.option("--partition", required=True, type=click.IntRange(min=0))
+@click.option("--partition", required=True, type=click.IntRange(min=0),
+              help="The partition whose hanging transaction to abort.")
 @click.option("--producer-id", type=click.IntRange(min=0), default=None,
               help="The hanging transaction's producer id (from find-hanging).")
-@click.option("--producer-epoch", type=click.IntRange(min=0), default=None)
+@click.option("--producer-epoch", type=click.IntRange(min=0), default=None,
+              help="The hanging transaction's producer epoch (from find-hanging).")
 @click.option("--coordinator-epoch", type=click.IntRange(min=-1), default=None,
               help="-1 when the partition does not know it (as find-hanging shows).")
 @click.option("--start-offset", type=click.IntRange(min=0), default=None,
               help="Instead of the three above: the transaction's first offset in the "
               "partition; the rest is looked up.")
-def abort(bootstrap: str, command_config: str | None, topic: str, partition: int,
+def abort(bootstrap: str, command_config: str | None, timeout_ms: int, topic: str, partition: int,
           producer_id: int | None, producer_epoch: int | None, coordinator_epoch: int | None,
           start_offset: int | None) -> None:
-    """Abort a hanging transaction on one partition by writing its abort marker there."""
+    """Abort a hanging transaction on one partition by writing its abort marker there. The
+    partition's producer state is checked first: a producer with no transaction open there (or
+    another epoch) gets no marker."""
     ids = (producer_id, producer_epoch, coordinator_epoch)
     if start_offset is None and None in ids:
         raise click.UsageError("give --producer-id, --producer-epoch and --coordinator-epoch, "
                                "or --start-offset")
-    with _admin(bootstrap, command_config) as admin:
+    where = f"{topic}-{partition}"
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
+        producers = admin_call(f"describe producers of {where}",
+                               lambda: admin.describe_producers([(topic, partition)]))
+        open_here = [p for p in producers[(topic, partition)] if p.current_txn_start_offset >= 0]
         if start_offset is not None:
-            producers = admin_call("describe producers",
-                                   lambda: admin.describe_producers([(topic, partition)]))
-            found = [p for p in producers[(topic, partition)]
-                     if p.current_txn_start_offset == start_offset]
+            found = [p for p in open_here if p.current_txn_start_offset == start_offset]
             if not found:
-                fail(f"no open transaction starts at offset {start_offset} of {topic}-{partition}")
-            producer = found[0]
+                fail(f"no open transaction starts at offset {start_offset} of {where}")
             producer_id, producer_epoch, coordinator_epoch = (
-                producer.producer_id, producer.producer_epoch, producer.coordinator_epoch)
+                found[0].producer_id, found[0].producer_epoch, found[0].coordinator_epoch)
+        else:
+            found = [p for p in open_here if p.producer_id == producer_id]
+            if not found:
+                fail(f"producer {producer_id} has no open transaction on {where}: nothing to "
+                     "abort (see `exactly transactions find-hanging`)")
+            if found[0].producer_epoch != producer_epoch:
+                fail(f"the open transaction of producer {producer_id} on {where} has epoch "
+                     f"{found[0].producer_epoch}, not {producer_epoch}: nothing aborted")
         assert producer_id is not None and producer_epoch is not None
         assert coordinator_epoch is not None
-        admin_call(f"abort transaction of producer {producer_id} on {topic}-{partition}",
+        admin_call(f"abort transaction of producer {producer_id} on {where}",
                    lambda: admin.abort_transaction(topic, partition, producer_id, producer_epoch,
                                                    coordinator_epoch))
     click.echo(f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch}) "
-               f"on {topic}-{partition}.")
+               f"on {where}.")
 
 
 @transactions.command("force-terminate")
 @bootstrap_option
 @command_config_option
+@timeout_option
 @click.option("--transactional-id", required=True, metavar="ID",
               help="The transactional id whose open (or prepared 2PC) transaction to abort.")
-def force_terminate(bootstrap: str, command_config: str | None, transactional_id: str) -> None:
+def force_terminate(bootstrap: str, command_config: str | None, timeout_ms: int,
+                    transactional_id: str) -> None:
     """Abort a transactional id's open transaction, a prepared two-phase-commit one included
-    (KIP-939), and fence its producer. The application must initialize again."""
-    with _admin(bootstrap, command_config) as admin:
+    (KIP-939), and fence its producer. The application must initialize again. An id its
+    coordinator does not know is refused (terminating it would create it)."""
+    from exactly.client import KafkaError
+    from exactly.protocol.errors import ErrorCode
+
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
+        try:
+            admin.describe_transactions([transactional_id])
+        except KafkaError as exc:
+            if exc.code == ErrorCode.transactional_id_not_found:
+                fail(f"transactional id {transactional_id!r} does not exist: nothing to "
+                     "terminate (see `exactly transactions list`)")
+        except (OSError, TimeoutError):
+            pass  # said by the call below, which meets the same broker
         admin_call(f"force terminate {transactional_id!r}",
                    lambda: admin.force_terminate_transaction(transactional_id))
     click.echo(f"Terminated the transaction of {transactional_id!r}.")

@@ -12,6 +12,7 @@ from exactly.cli.common import (
     command_config_option,
     open_admin,
     print_table,
+    timeout_option,
 )
 from exactly.client.admin import (
     ScramMechanism,
@@ -34,19 +35,20 @@ def users() -> None:
 @users.command("add-scram")
 @bootstrap_option
 @command_config_option
+@timeout_option
 @click.option("--user", required=True, help="The user name (the principal is User:NAME).")
 @mechanism_option
 @click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True,
               help="The password (asked for when not given).")
 @click.option("--iterations", type=click.IntRange(min=4096, max=16384), default=4096,
               show_default=True, help="PBKDF2 iterations.")
-def add_scram(bootstrap: str, command_config: str | None, user: str, mechanism: str,
+def add_scram(bootstrap: str, command_config: str | None, timeout_ms: int, user: str, mechanism: str,
               password: str, iterations: int) -> None:
     """Create or replace a user's SCRAM credential."""
     if not password:
         raise click.BadParameter("must not be empty", param_hint="--password")
     upsert = UserScramCredentialUpsertion(user, ScramMechanism.parse(mechanism), password, iterations)
-    with open_admin(bootstrap, command_config, "exactly-users") as admin:
+    with open_admin(bootstrap, command_config, "exactly-users", timeout_ms) as admin:
         admin_call(f"add {mechanism} credential of {user!r}",
                    lambda: admin.alter_user_scram_credentials([upsert]))
     click.echo(f"Set the {mechanism.upper()} credential of user {user!r} ({iterations} iterations).")
@@ -55,12 +57,13 @@ def add_scram(bootstrap: str, command_config: str | None, user: str, mechanism: 
 @users.command("remove-scram")
 @bootstrap_option
 @command_config_option
+@timeout_option
 @click.option("--user", required=True, help="The user name.")
 @mechanism_option
-def remove_scram(bootstrap: str, command_config: str | None, user: str, mechanism: str) -> None:
+def remove_scram(bootstrap: str, command_config: str | None, timeout_ms: int, user: str, mechanism: str) -> None:
     """Remove a user's SCRAM credential for one mechanism."""
     deletion = UserScramCredentialDeletion(user, ScramMechanism.parse(mechanism))
-    with open_admin(bootstrap, command_config, "exactly-users") as admin:
+    with open_admin(bootstrap, command_config, "exactly-users", timeout_ms) as admin:
         admin_call(f"remove {mechanism} credential of {user!r}",
                    lambda: admin.alter_user_scram_credentials([deletion]))
     click.echo(f"Removed the {mechanism.upper()} credential of user {user!r}.")
@@ -69,10 +72,11 @@ def remove_scram(bootstrap: str, command_config: str | None, user: str, mechanis
 @users.command("describe")
 @bootstrap_option
 @command_config_option
+@timeout_option
 @click.option("--user", "names", multiple=True, help="Only this user. Repeatable.")
-def describe(bootstrap: str, command_config: str | None, names: tuple[str, ...]) -> None:
+def describe(bootstrap: str, command_config: str | None, timeout_ms: int, names: tuple[str, ...]) -> None:
     """List users' SCRAM mechanisms and iteration counts."""
-    with open_admin(bootstrap, command_config, "exactly-users") as admin:
+    with open_admin(bootstrap, command_config, "exactly-users", timeout_ms) as admin:
         found = admin_call("describe SCRAM credentials",
                            lambda: admin.describe_user_scram_credentials(list(names) or None))
     print_table(("User", "Mechanism", "Iterations"),

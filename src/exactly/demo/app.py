@@ -48,7 +48,6 @@ from exactly.demo.pipeline import (
     WINDOW_SECONDS,
 )
 from exactly.protocol.structs import TopicPartition
-from exactly.spark import open_transactions
 from exactly.testing import EmbeddedBroker
 from exactly.testing.spark_cluster import SparkCluster
 
@@ -235,6 +234,8 @@ def verify(bootstrap: str, fed: Fed) -> tuple[list[tuple[str, int, int, int, int
             wrong += 1
     rows.append((STATS_TOPIC, len(want), sum(got.values()),
                  sum(n - 1 for n in got.values() if n > 1), len(set(want) - set(got)), wrong))
+    from exactly.spark import open_transactions  # here: `exactly demo --help` needs no pyspark
+
     client = {"bootstrap.servers": bootstrap}
     open_txns = sum(len(open_transactions(client, f"exactly-spark-{q}")) for q in QUERIES)
     return rows, open_txns

@@ -1,14 +1,14 @@
 """Prometheus metrics: an HTTP `/metrics` endpoint on `metrics.listen` (off unless set).
 
 Two kinds of metric:
-- per request, fed by the network server through `observe_request`: request count and latency
-  per API, bytes in and out;
-- the broker's state, read at scrape time by `BrokerCollector` (nothing polls): the seed's
-  `active-transaction-open-time-max` (KIP-939), transactions by state, and each partition's last
-  stable offset lag behind its high watermark (an open transaction holds read_committed back),
-  and the log cleaner's progress: bytes read and written, records removed, the last clean's time
-  and duration, and each compacted partition's dirty ratio (Kafka's LogCleaner metrics); writes
-  that failed for the disk's sake, and corrupt batches fetches found (log/checked_reads.py).
+- counted as things happen, fed by the network server: request count and latency per API, bytes
+  in and out (`timed`, only with metrics.listen set); request errors by API and error code
+  (`count_errors`: every non-zero error code in a response, the top-level one and each topic's,
+  partition's, group's or member's, as Kafka's RequestMetrics ErrorsPerSec counts
+  `AbstractResponse.errorCounts`; NONE is not counted, the request count has those); connections
+  per listener, open now, accepted, closed, and refused by the connection limits (Kafka's
+  socket-server-metrics connection-count, connection-creation-total, connection-close-total);
+- the broker's state, read at scrape time by `BrokerCollector` (metrics_collector.py).
 
 The HTTP server runs on the broker's event loop, so the collector reads the coordinator and the
 logs on the same thread that changes them.
@@ -17,20 +17,22 @@ logs on the same thread that changes them.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from kio.serial import entity_reader
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
 
-from exactly.log.errors import UnknownTopicOrPartitionError
-from exactly.protocol.apis import api_name
-from exactly.txn.state import TxnState
+from exactly.protocol.apis import api_name, response_class
+from exactly.protocol.errors import error_name
+from exactly.server.metrics_collector import BrokerCollector
 
 if TYPE_CHECKING:
     from exactly.server.services import Services
@@ -53,6 +55,101 @@ _BYTES_IN = Counter("exactly_bytes_in", "Request bytes received (frames).", regi
 _BYTES_OUT = Counter("exactly_bytes_out", "Response bytes sent (frames).", registry=REGISTRY)
 
 
+_ERRORS = Counter(
+    "exactly_request_errors",
+    "Error codes in responses, per API and error (Kafka's name): the top-level code and each "
+    "topic's, partition's, group's or member's; NONE is not counted.",
+    ["api", "error"], registry=REGISTRY)
+_CONNECTIONS_OPEN = Gauge("exactly_connections_open", "Client connections open now, per listener.",
+                          ["listener"], registry=REGISTRY)
+_CONNECTIONS_ACCEPTED = Counter("exactly_connections_accepted",
+                                "Client connections accepted, per listener.", ["listener"],
+                                registry=REGISTRY)
+_CONNECTIONS_CLOSED = Counter("exactly_connections_closed",
+                              "Accepted client connections closed (by either side), per listener.",
+                              ["listener"], registry=REGISTRY)
+_CONNECTIONS_REFUSED = Counter(
+    "exactly_connections_refused",
+    "Connections closed at once by max.connections or max.connections.per.ip, per listener.",
+    ["listener"], registry=REGISTRY)
+
+
+def connection_opened(listener: str) -> None:
+    """A connection was accepted on `listener` (its name, e.g. PLAINTEXT)."""
+    _CONNECTIONS_ACCEPTED.labels(listener).inc()
+    _CONNECTIONS_OPEN.labels(listener).inc()
+
+
+def connection_closed(listener: str) -> None:
+    """An accepted connection on `listener` is gone."""
+    _CONNECTIONS_CLOSED.labels(listener).inc()
+    _CONNECTIONS_OPEN.labels(listener).dec()
+
+
+def connection_refused(listener: str) -> None:
+    """The connection limits turned a connection on `listener` away."""
+    _CONNECTIONS_REFUSED.labels(listener).inc()
+
+
+def count_errors(api_key: int, api_version: int, response: Any) -> None:
+    """Count the error codes of one response (a kio entity, or its body already encoded, as
+    the hand-written Produce/AddPartitionsToTxn/EndTxn answers are). Never raises: a metric must
+    not cost a client its answer."""
+    try:
+        if isinstance(response, bytes):
+            response, _ = _body_reader(api_key, api_version)(response, 0)
+        codes = collections.Counter(error_codes(response))
+    except Exception:
+        log.exception("counting the errors of a %s v%d response failed", api_name(api_key),
+                      api_version)
+        return
+    name = api_name(api_key)
+    for code, count in codes.items():
+        _ERRORS.labels(name, error_name(code)).inc(count)
+
+
+def error_codes(entity: Any) -> Iterator[int]:
+    """Every non-zero error code in a kio entity, its nested entities included."""
+    cls = type(entity)
+    fields = _ERROR_FIELDS.get(cls)
+    if fields is None:
+        fields = _ERROR_FIELDS[cls] = _error_fields(cls)
+    codes, nested = fields
+    for name in codes:
+        code = getattr(entity, name)
+        if code:
+            yield int(code)
+    for name in nested:
+        value = getattr(entity, name)
+        if isinstance(value, tuple):
+            for item in value:
+                yield from error_codes(item)
+        elif value is not None:
+            yield from error_codes(value)
+
+
+_ERROR_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _error_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A kio entity class's error-code fields, and its fields holding entities (kio gives every
+    primitive field a `kafka_type`; entity fields and tuples of entities have none)."""
+    codes: list[str] = []
+    nested: list[str] = []
+    for field in dataclasses.fields(cls):
+        kind = field.metadata.get("kafka_type")
+        if kind == "error_code":
+            codes.append(field.name)
+        elif kind is None:
+            nested.append(field.name)
+    return tuple(codes), tuple(nested)
+
+
+@functools.cache
+def _body_reader(api_key: int, api_version: int) -> Any:
+    return entity_reader(response_class(api_key, api_version))
+
+
 def observe_request(api_key: int, seconds: float, bytes_in: int, bytes_out: int) -> None:
     """Record one handled request. Called by the network server for every request."""
     name = api_name(api_key)
@@ -69,110 +166,6 @@ async def timed(api_key: int, bytes_in: int, handling: Awaitable[bytes | None]) 
     frame = await handling
     observe_request(api_key, time.perf_counter() - started, bytes_in, len(frame) if frame else 0)
     return frame
-
-
-class BrokerCollector(Collector):
-    """The broker's state as gauges, read when Prometheus scrapes."""
-
-    def __init__(self, services: Services) -> None:
-        self.services = services
-
-    def describe(self) -> list[Any]:
-        return []  # unchecked collector: its metric names are not reserved in the registry
-
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        yield from self._transactions()
-        yield self._lso_lag()
-        yield from self._cleaner()
-        errors = CounterMetricFamily("exactly_log_storage_errors",
-                                     "Writes that failed for the disk's sake (full, I/O error): "
-                                     "answered KAFKA_STORAGE_ERROR.")
-        errors.add_metric([], self.services.logs.storage_errors)
-        yield errors
-        corrupt = CounterMetricFamily(
-            "exactly_log_corrupt_batches",
-            "Corrupt batches (CRC, length, offsets) that fetches found in segment bytes read from "
-            "disk, each counted once: fetches from them are answered CORRUPT_MESSAGE; run "
-            "`exactly log verify`.", labels=["topic", "partition"])
-        for plog in sorted(self.services.logs.logs(), key=lambda p: (p.topic, p.partition)):
-            corrupt.add_metric([plog.topic, str(plog.partition)], plog.corrupt_batches.count)
-        yield corrupt
-
-    def _cleaner(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        m = self.services.cleaner.metrics
-        for name, text, value in (
-            ("runs", "Cleans done.", m.runs),
-            ("read_bytes", "Bytes of segments the cleaner read (offset map and copy).",
-             m.bytes_read),
-            ("written_bytes", "Bytes of cleaned segments the cleaner wrote.", m.bytes_written),
-            ("removed_records", "Records the cleaner removed.", m.records_removed),
-        ):
-            counter = CounterMetricFamily(f"exactly_log_cleaner_{name}", text)
-            counter.add_metric([], value)
-            yield counter
-        last = GaugeMetricFamily("exactly_log_cleaner_last_clean_timestamp_seconds",
-                                 "When the last clean was planned (0: none yet).")
-        last.add_metric([], m.last_clean_ms / 1000)
-        yield last
-        took = GaugeMetricFamily("exactly_log_cleaner_last_clean_duration_seconds",
-                                 "How long the last clean took.")
-        took.add_metric([], m.last_clean_seconds)
-        yield took
-        dirty = GaugeMetricFamily(
-            "exactly_log_cleaner_dirty_ratio",
-            "Share of a compacted partition's cleanable bytes not cleaned yet, as of the "
-            "cleaner's last look (min.cleanable.dirty.ratio is the threshold).",
-            labels=["topic", "partition"])
-        for (topic, partition), ratio in sorted(m.dirty_ratios.items()):
-            dirty.add_metric([topic, str(partition)], ratio)
-        yield dirty
-
-    def _transactions(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        now_ms = self.services.clock()
-        open_max = 0
-        by_state = {s.display_name: 0 for s in TxnState}
-        for meta in self.services.txn.list_transactions(now_ms=now_ms):
-            by_state[meta.state.display_name] += 1
-            if meta.state.is_open and meta.txn_start_ms >= 0:
-                open_max = max(open_max, now_ms - meta.txn_start_ms)
-        g = GaugeMetricFamily(
-            "exactly_transaction_active_open_time_max_ms",
-            "The longest time a currently open transaction has been open, in ms "
-            "(Kafka's transaction-coordinator-metrics active-transaction-open-time-max).",
-        )
-        g.add_metric([], open_max)
-        yield g
-        states = GaugeMetricFamily(
-            "exactly_transactions", "Transactional ids known to the coordinator, by state.",
-            labels=["state"])
-        for name, count in sorted(by_state.items()):
-            states.add_metric([name], count)
-        yield states
-        expired = CounterMetricFamily(
-            "exactly_transaction_expired_aborts",
-            "Transactions the coordinator aborted on its own, by reason: timeout "
-            "(transaction.timeout.ms) or session (KIP-1309: no heartbeat for the session "
-            "timeout).", labels=["reason"])
-        for reason, count in sorted(self.services.txn.expired_aborts.items()):
-            expired.add_metric([reason], count)
-        yield expired
-
-    def _lso_lag(self) -> GaugeMetricFamily:
-        g = GaugeMetricFamily(
-            "exactly_partition_lso_lag",
-            "High watermark minus last stable offset: records read_committed consumers cannot "
-            "read yet because a transaction before them is open.",
-            labels=["topic", "partition"])
-        logs = self.services.logs
-        for info in sorted(logs.topics(), key=lambda t: t.name):
-            for partition in range(info.num_partitions):
-                try:
-                    plog = logs.get_log(info.name, partition)
-                except UnknownTopicOrPartitionError:  # a partition not opened (yet)
-                    continue
-                g.add_metric([info.name, str(partition)],
-                             plog.high_watermark - plog.last_stable_offset)
-        return g
 
 
 class MetricsServer:

@@ -44,7 +44,13 @@ from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers import HANDLERS
 from exactly.server.handlers.api_versions import api_versions_response
-from exactly.server.metrics import timed
+from exactly.server.metrics import (
+    connection_closed,
+    connection_opened,
+    connection_refused,
+    count_errors,
+    timed,
+)
 from exactly.server.request_memory import PER_CONNECTION
 from exactly.server.startup import listen_error
 
@@ -145,10 +151,12 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.client_host = peer[0] if isinstance(peer, tuple) else ""
         if not self.limits.admit(self.client_host):
+            connection_refused(self.listener.name)
             self._closing = True
             transport.abort()
             return
         self.admitted = True
+        connection_opened(self.listener.name)
         config, listener = self.services.config, self.listener
         # On an SSL listener the client certificate names the principal; with SASL, SASL does.
         tls_principal = (principal_of(transport.get_extra_info("peercert"))
@@ -166,6 +174,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.admitted:
             self.admitted = False
             self.limits.release(self.client_host)
+            connection_closed(self.listener.name)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_size is not None:
@@ -374,6 +383,8 @@ class Connection(asyncio.BufferedProtocol):
                 # KIP-511: answer in v0 with the supported range so the client can pick a version.
                 response = api_versions_response(0, self.services.identity.finalized_features,
                                                  error_unsupported=True)
+                if self._timed is not None:  # metrics.listen: errors by API and code
+                    count_errors(api_key, 0, response)
                 self._answer(framing.encode_response(api_key, 0, correlation_id, response))
                 return True
             self._malformed(
@@ -417,6 +428,8 @@ class Connection(asyncio.BufferedProtocol):
             raise
         if response is None:  # acks=0 produce: no response at all
             return None
+        if self._timed is not None:  # metrics.listen: errors by API and code
+            count_errors(ctx.api_key, ctx.api_version, response)
         return framing.encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, response)
 
     def _answer(self, frame: Frame) -> None:
