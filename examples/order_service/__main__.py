@@ -16,27 +16,37 @@ import tempfile
 import time
 from pathlib import Path
 
-from exactly.client import Consumer
-from examples.order_service.service import OrderService
+from exactly.client import Admin, Consumer, ConsumerRecord
+from examples.order_service.service import TOPIC, OrderService
 
 
 def read_events(bootstrap: str, topic: str, timeout: float = 30) -> list[dict]:
-    """Every committed event of the topic's partition 0 (the broker's default: one partition)."""
-    tp = (topic, 0)
-    ends = Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_uncommitted"})
-    ends.assign([tp])
-    ends.seek_to_end([tp])
-    end = ends.position(tp)
-    ends.close()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
-                         "auto.offset.reset": "earliest"})
-    consumer.assign([tp])
+    """Every committed order event of the topic, from all its partitions. A record that is not
+    one of this service's JSON events (another program wrote to the topic) is skipped."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        info = admin.describe_topics([topic])[topic]
+    tps = [(topic, p.partition) for p in info.partitions]
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_uncommitted"}) as ends:
+        ends.assign(tps)
+        ends.seek_to_end(tps)
+        end = {tp: ends.position(tp) for tp in tps}
     events: list[dict] = []
-    deadline = time.monotonic() + timeout
-    while consumer.position(tp) < end and time.monotonic() < deadline:
-        events += [json.loads(r.value) for r in consumer.poll(200) if r.value]
-    consumer.close()
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
+                   "auto.offset.reset": "earliest"}) as consumer:
+        consumer.assign(tps)
+        deadline = time.monotonic() + timeout
+        while (any(consumer.position(tp) < end[tp] for tp in tps)
+               and time.monotonic() < deadline):
+            events += [e for e in map(_event, consumer.poll(200)) if e is not None]
     return events
+
+
+def _event(record: ConsumerRecord) -> dict | None:
+    try:
+        event = json.loads(record.value or b"")
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", help="HOST:PORT of a broker (default: start one)")
     parser.add_argument("--db", help="SQLite file (default: a temporary one)")
     parser.add_argument("--orders", type=int, default=5, help="orders to place (default 5)")
-    parser.add_argument("--topic", default="order-events")
+    parser.add_argument("--topic", default=TOPIC)
     parser.add_argument("--transactional-id", default="order-service-1")
     args = parser.parse_args(argv)
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from exactly.dualwrite import DualWriter, Transaction
 
+TOPIC = "order-service-events"  # its own: other programs' records in a shared topic are noise
+
 ORDERS_DDL = """CREATE TABLE IF NOT EXISTS orders (
     id VARCHAR(32) PRIMARY KEY,
     customer VARCHAR(100) NOT NULL,
@@ -22,7 +24,7 @@ class OrderService:
     """connection: sqlite3 or psycopg; config: Kafka client config with bootstrap.servers and
     transactional.id (one per service instance)."""
 
-    def __init__(self, connection: Any, config: dict[str, Any], topic: str = "order-events"
+    def __init__(self, connection: Any, config: dict[str, Any], topic: str = TOPIC
                  ) -> None:
         connection.cursor().execute(ORDERS_DDL)
         if getattr(connection, "in_transaction", False):  # sqlite3 began one for the DDL

@@ -2,16 +2,33 @@
 
 The blocking classes (`exactly.client.Producer`, ...) keep an asyncio object living on this loop
 and run each call on it, so code that is not async (Spark tasks, scripts) gets the same client.
+
+Clean-up, as Python's own files do it: a blocking object that is garbage-collected, or still open
+when the interpreter exits, is closed for its owner (a producer flushes, a consumer leaves its
+group, connections close) and a `ResourceWarning` names it and where it was made (hidden unless
+warnings are on: `python -W always` or `-X dev`). At exit the loop then cancels whatever task is
+left, waits for it, and stops: a daemon thread frozen with tasks pending is what would print
+"Task was destroyed but it is pending!". Exit waits at most `EXIT_TIMEOUT` seconds for all this.
+`with ... as x:` (or `close()`) remains the way to close at a known point.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
+import sys
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any, Self, TypeVar
 
 T = TypeVar("T")
+CloseCall = Callable[[], Coroutine[Any, Any, Any]]
+
+EXIT_TIMEOUT = 5.0  # seconds the interpreter's exit waits for unclosed clients to close
 
 
 class LoopThread:
@@ -21,7 +38,11 @@ class LoopThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._main, name="exactly-client-loop", daemon=True)
+        self._watched: list[weakref.finalize[Any, Any]] = []  # in creation order
+        self._closing: set[concurrent.futures.Future[Any]] = set()
+        self._watch_lock = threading.Lock()
         self._thread.start()
+        atexit.register(self._at_exit)
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -41,3 +62,96 @@ class LoopThread:
             raise RuntimeError("a blocking client call was made from the client's own event loop; "
                                "use the asyncio API (exactly.client.aio) there")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    # -- clean-up of what the application did not close -----------------------------------------
+
+    def watch(self, owner: object, close: CloseCall) -> weakref.finalize[Any, Any]:
+        """Close `owner`'s asyncio object with `close()` if `owner` is collected or the
+        interpreter exits while it is open; `detach()` the result once `owner` is closed.
+        `close` must not refer to `owner`, or `owner` would never be collected."""
+        finalizer = weakref.finalize(owner, self._close_dropped, close, type(owner).__name__,
+                                     *_caller())
+        finalizer.atexit = False  # _at_exit closes them, before it stops the loop
+        with self._watch_lock:
+            self._watched = [f for f in self._watched if f.alive]
+            self._watched.append(finalizer)
+        return finalizer
+
+    def _close_dropped(self, close: CloseCall, kind: str, filename: str, lineno: int) -> None:
+        """Start closing (from any thread, even the loop's own: it does not wait), then warn,
+        pointing at the line that made the object."""
+        if self._thread.is_alive() and not self.loop.is_closed():
+            future = asyncio.run_coroutine_threadsafe(close(), self.loop)
+            self._closing.add(future)
+            future.add_done_callback(self._closing.discard)
+        message = f"unclosed {kind}: call close() or use `with {kind}(...) as ...:`"
+        try:
+            warnings.warn_explicit(message, ResourceWarning, filename, lineno)
+        except Warning as exc:  # -W error: report it as Python reports an unclosed file
+            print(f"Exception ignored while closing a {kind} made at {filename}:{lineno}: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+
+    def _at_exit(self) -> None:
+        if not self._thread.is_alive():  # a forked child, or stopped already
+            return
+        deadline = time.monotonic() + EXIT_TIMEOUT
+        with self._watch_lock:
+            watched, self._watched = self._watched, []
+        for finalizer in reversed(watched):  # a producer closes before the session it uses
+            # Not finalizer(): weakref's own exit hook may have run already, and disarmed it.
+            found = finalizer.detach()
+            if found is not None:
+                _, close_dropped, args, _ = found
+                close_dropped(*args)
+        concurrent.futures.wait(list(self._closing), timeout=max(deadline - time.monotonic(), 0))
+        try:
+            self.run(self._cancel_tasks(), timeout=max(deadline - time.monotonic(), 0.1))
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass  # a task that ignores cancellation: leave it to the interpreter
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=1)
+        if not self.loop.is_running():
+            self.loop.close()
+
+    @staticmethod
+    async def _cancel_tasks() -> None:
+        tasks = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+
+class Blocking:
+    """Base of the blocking classes: `with`, and the clean-up of an object left open (see the
+    module doc). A subclass sets `_loop`, calls `_watch` once its asyncio object exists, and
+    closes with `_close`."""
+
+    _loop: LoopThread
+    _finalizer: weakref.finalize[Any, Any] | None = None
+
+    def _watch(self, close: CloseCall) -> None:
+        self._finalizer = self._loop.watch(self, close)
+
+    def _close(self, coro: Coroutine[Any, Any, Any]) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._loop.run(coro)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _caller() -> tuple[str, int]:
+    """The first frame outside the client package: where the application made the object."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
+            "exactly.client"):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
-from exactly.client._loop import LoopThread
+from exactly.client._loop import Blocking, LoopThread
 from exactly.client.cluster import COORDINATOR_TRANSACTION, Cluster, make_request, request_module
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.connection import BrokerConnection
@@ -683,19 +683,14 @@ class AsyncAdmin:
         await self.cluster.close()
 
 
-class Admin:
+class Admin(Blocking):
     """The blocking admin client: AsyncAdmin's calls, run on the client's own loop thread."""
 
     def __init__(self, config: ClientConfig | Mapping[str, Any]) -> None:
         self._loop = LoopThread.shared()
         self._admin = AsyncAdmin(config)
         self.config = self._admin.config
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._watch(self._admin.close)
 
     def create_topics(self, topics: Iterable[NewTopic], *, validate_only: bool = False) -> None:
         self._loop.run(self._admin.create_topics(list(topics), validate_only=validate_only))
@@ -774,4 +769,4 @@ class Admin:
         self._loop.run(self._admin.alter_user_scram_credentials(list(alterations)))
 
     def close(self) -> None:
-        self._loop.run(self._admin.close())
+        self._close(self._admin.close())

@@ -170,6 +170,15 @@ class BrokerConnection:
             self._waiting.pop(correlation_id, None)
             raise KafkaTimeoutError(
                 f"{api_name(api_key)} v{version} to {self.host}:{self.port} got no answer in time") from None
+        except Exception:
+            # A cancellation that arrives while the connection fails its waiters (as when
+            # asyncio.run cancels everything at exit) must win: Python 3.11's wait_for lets the
+            # future's error through instead, and a caller that retries connection errors would
+            # then loop forever.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError from None
+            raise
 
     async def _read_loop(self) -> None:
         assert self._reader is not None

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Self
 
-from exactly.client._loop import LoopThread
+from exactly.client._loop import Blocking, LoopThread
 from exactly.client.cluster import Cluster
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.errors import IllegalStateError, KafkaError
@@ -295,7 +295,7 @@ class AsyncConsumer:
             await self._cluster.close()
 
 
-class Consumer:
+class Consumer(Blocking):
     """The blocking Consumer: the same methods as AsyncConsumer, run on the client's loop thread.
 
     Iterating (`for record in consumer`) blocks until records come; the loop ends only when the
@@ -305,6 +305,7 @@ class Consumer:
     def __init__(self, config: ClientConfig | Mapping[str, Any]) -> None:
         self._loop = LoopThread.shared()
         self._consumer: AsyncConsumer = self._run(self._make(as_config(config)))
+        self._watch(self._consumer.close)
 
     @staticmethod
     async def _make(config: ClientConfig) -> AsyncConsumer:
@@ -315,12 +316,6 @@ class Consumer:
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         return fn(*args)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
         self._run(self._call(self._consumer.assign, list(partitions)))
@@ -390,4 +385,4 @@ class Consumer:
         return self._run(self._call(self._consumer.group_metadata))  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        self._run(self._consumer.close())
+        self._close(self._consumer.close())

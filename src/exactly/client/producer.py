@@ -32,7 +32,7 @@ import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
-from exactly.client._loop import LoopThread
+from exactly.client._loop import Blocking, LoopThread
 from exactly.client.accumulator import RecordAccumulator
 from exactly.client.batch import (
     CODECS,
@@ -352,7 +352,7 @@ class AsyncProducer:
             offsets, group_metadata)
 
 
-class Producer:
+class Producer(Blocking):
     """The blocking producer: AsyncProducer's methods, run on the client's loop thread.
     `send` appends from the calling thread (no loop round trip) and returns a future with the
     concurrent.futures.Future interface (`result(timeout)`, `add_done_callback`, ...)."""
@@ -362,6 +362,7 @@ class Producer:
         self._loop = LoopThread.shared()
         self._external = session
         self.aio: AsyncProducer = self._run(self._create(config, session))
+        self._watch(self.aio.close)
 
     @staticmethod
     async def _create(config: ClientConfig | Mapping[str, Any],
@@ -394,16 +395,10 @@ class Producer:
         self._run(self.aio.flush(timeout))
 
     def close(self, timeout: float | None = None) -> None:
-        self._run(self.aio.close(timeout))
+        self._close(self.aio.close(timeout))
 
     def partitions_for(self, topic: str) -> list[int]:
         return self._run(self.aio.partitions_for(topic))
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def transaction_session(self) -> TransactionSession | AsyncTransactionSession | None:

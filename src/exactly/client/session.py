@@ -44,7 +44,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
 
-from exactly.client._loop import LoopThread
+from exactly.client._loop import Blocking, LoopThread
 from exactly.client.cluster import (
     COORDINATOR_GROUP,
     COORDINATOR_TRANSACTION,
@@ -811,20 +811,25 @@ class AsyncTransactionSession:
         self._reset_transaction()
 
 
-class TransactionSession:
+class TransactionSession(Blocking):
     """The blocking TransactionSession: the same methods as AsyncTransactionSession, each run
-    on the client's loop thread. `aio` is the asyncio session underneath (bind producers to it)."""
+    on the client's loop thread. `aio` is the asyncio session underneath (bind producers to it).
+    One made over an existing `_session` (Producer.transaction_session) is not cleaned up at
+    exit on its own: the object that made that session is."""
 
     def __init__(self, config: ClientConfig | Mapping[str, Any], *,
                  _session: AsyncTransactionSession | None = None) -> None:
         self.aio = _session if _session is not None else AsyncTransactionSession(config)
         self._loop = LoopThread.shared()
+        if _session is None:
+            self._watch(self.aio.close)
 
     @classmethod
     def resume(cls, transactional_id: str, producer_id: int, producer_epoch: int,
                config: ClientConfig | Mapping[str, Any]) -> TransactionSession:
         session = cls(config, _session=AsyncTransactionSession.resume(
             transactional_id, producer_id, producer_epoch, config))
+        session._watch(session.aio.close)  # it owns the session it resumed
         if session.aio.heartbeat_interval_ms:
             session._run(session.aio._resume_heartbeats())
         return session
@@ -906,13 +911,7 @@ class TransactionSession:
         self._run(self.aio.heartbeat())
 
     def close(self) -> None:
-        self._run(self.aio.close())
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._close(self.aio.close())
 
     def __repr__(self) -> str:
         return (f"TransactionSession({self.transactional_id!r}, producer_id={self.producer_id}, "

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, Self
 
-from exactly.client._loop import LoopThread
+from exactly.client._loop import Blocking, LoopThread
 from exactly.client.cluster import Cluster, make_request, request_module
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.errors import (
@@ -750,13 +750,14 @@ def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
     return out
 
 
-class ShareConsumer:
+class ShareConsumer(Blocking):
     """The blocking ShareConsumer: AsyncShareConsumer's methods, run on the client's loop
     thread. One thread at a time may use it, as with Kafka's KafkaShareConsumer."""
 
     def __init__(self, config: ClientConfig | Mapping[str, Any]) -> None:
         self._loop = LoopThread.shared()
         self._consumer: AsyncShareConsumer = self._loop.run(self._make(as_config(config)))
+        self._watch(self._consumer.close)
 
     @staticmethod
     async def _make(config: ClientConfig) -> AsyncShareConsumer:
@@ -768,12 +769,6 @@ class ShareConsumer:
     @property
     def aio(self) -> AsyncShareConsumer:
         return self._consumer
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def subscribe(self, topics: Iterable[str]) -> None:
         self._loop.run(self._call(self._consumer.subscribe,
@@ -807,4 +802,4 @@ class ShareConsumer:
             {tp: list(offsets) for tp, offsets in acknowledgments.items()}, type))
 
     def close(self) -> None:
-        self._loop.run(self._consumer.close())
+        self._close(self._consumer.close())
