@@ -3,7 +3,7 @@
 VENV ?= .venv
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 PYTEST_ARGS ?=
-LINT_PATHS := src/exactly/failpoints.py src/exactly/configdef.py src/exactly/protocol src/exactly/log src/exactly/groups src/exactly/txn src/exactly/server src/exactly/client src/exactly/share
+LINT_PATHS := src/exactly/failpoints.py src/exactly/configdef.py src/exactly/protocol src/exactly/log src/exactly/groups src/exactly/txn src/exactly/server src/exactly/client src/exactly/share src/exactly/webconsole
 
 # The stamp's name carries a hash of pyproject.toml: a changed dependency list reinstalls,
 # an unchanged one makes `make venv` a no-op (git checkouts reset mtimes, hashes survive).

@@ -7,7 +7,7 @@ at a cut). Round after round, a load of idempotent and transactional producers, 
 and topic creations runs for a random time (seeded), the broker is killed (or stopped cleanly,
 or killed and cut again right after its restart), the power is cut, the broker starts again,
 and everything acknowledged since the broker's first start is checked
-(exactly.testing.powercut_load). Every `--cuts-per-broker` cuts the run starts over with a fresh
+(tests/server/powercut_load.py). Every `--cuts-per-broker` cuts the run starts over with a fresh
 filesystem and broker (seeded from the run's seed), so that the data and the check, which reads
 everything back, stay small. The run stops at the first round with a problem, printing the seed
 of that broker's load (the moments of the cuts and the load's choices; the timing of a run is
@@ -43,7 +43,9 @@ from collections import Counter
 from pathlib import Path
 
 from exactly.testing.powercut import PowerCutFS
-from exactly.testing.powercut_load import PowerCutLoad, RoundReport
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.server.powercut_load import PowerCutLoad, RoundReport
 
 
 def run(work: Path, *, seed: int, cuts: int, cuts_per_broker: int,

@@ -31,8 +31,10 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"protocol", "client"},
     "testing": {"protocol", "client", "server"},  # the harness runs brokers
     "demo": {"protocol", "client", "spark", "testing"},
+    # The web console is a client application; txn only for Kafka's transaction state names.
+    "webconsole": {"protocol", "client", "txn"},
     "cli": {"protocol", "log", "txn", "groups", "server", "client", "dualwrite", "spark", "demo",
-            "testing"},
+            "testing", "webconsole"},
     "__main__": {"cli"},
 }
 # Modules below every layer: anything may import them, they import nothing of exactly.
@@ -157,3 +159,20 @@ def test_the_circle_finder_finds_a_circle() -> None:
         assert _cycle({"exactly.client.fake_a", "exactly.client.fake_b"}) is not None
     finally:
         del GRAPH["exactly.client.fake_a"], GRAPH["exactly.client.fake_b"]
+
+
+def _third_party(path: Path) -> Iterator[str]:
+    """The top-level names of what `path` imports absolutely (exactly's own included)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module.split(".")[0]
+
+
+def test_nothing_installed_imports_confluent_kafka() -> None:
+    # Issue 18: confluent-kafka is a test and benchmark dependency; the package, its CLI
+    # included, runs on Exactly's own client.
+    assert "click" in set(_third_party(MODULES["exactly.cli.main"]))  # the walk sees imports
+    users = sorted(m for m, p in MODULES.items() if "confluent_kafka" in set(_third_party(p)))
+    assert users == []

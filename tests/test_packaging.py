@@ -143,3 +143,20 @@ def test_extras() -> None:
     assert names["postgres"] == {"psycopg"}
     assert names["dualwrite"] == {"exactly"} and extras["dualwrite"] == ["exactly[postgres]"]
     assert "exactly[spark,postgres]" in extras["test"]
+
+
+def test_confluent_kafka_is_needed_by_tests_only() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert not [r for r in project["dependencies"] if r.startswith("confluent-kafka")]
+    assert [r for r in project["optional-dependencies"]["test"] if r.startswith("confluent-kafka")]
+
+
+@pytest.mark.parametrize("command", [(), ("produce",), ("consume",)], ids=" ".join)
+def test_the_cli_runs_without_confluent_kafka(command: tuple[str, ...]) -> None:
+    # As after `pip install exactly` (no test extra): importing confluent_kafka fails.
+    from tests.cli.test_console_cli import BLOCK_CONFLUENT
+
+    done = subprocess.run([sys.executable, "-c", BLOCK_CONFLUENT, *command, "--help"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"Usage: exactly {' '.join(command)}".rstrip() + " ")

@@ -20,15 +20,17 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "system-deps.sh"
 # Everything the step looks for, and what stands in for it when a case wants it present.
 TOOLS = ["kcat", "kafkacat", "openssl", "fusermount3", "pg_ctl", "initdb", "java", "ldconfig",
-         "id", "apt-get", "sudo"]
-ALL_TEST_PACKAGES = ["kcat", "openssl", "fuse3", "libfuse3-3", "postgresql",
-                     "openjdk-17-jre-headless"]
+         "id", "apt-get", "sudo", "chromium", "chromedriver"]
+ALL_TEST_PACKAGES = ["kcat", "openssl", "fuse3", "libfuse3-3", "postgresql", "chromium",
+                     "chromium-driver", "openjdk-17-jre-headless"]
 PRESENT = {
     "kcat": "exit 0",
     "openssl": "exit 0",
     "fusermount3": "exit 0",
     "pg_ctl": "exit 0",
     "initdb": "exit 0",
+    "chromium": "exit 0",
+    "chromedriver": "exit 0",
     "java": "echo 'openjdk version \"17.0.2\" 2022-01-18' >&2",
     "ldconfig": "echo '\tlibfuse3.so.3 (libc6,x86-64) => /lib/x86_64-linux-gnu/libfuse3.so.3'",
 }
@@ -122,7 +124,7 @@ def test_not_root_names_every_missing_package_and_the_install_command(machine: M
 
 
 def test_not_root_names_only_what_is_missing(machine: Machine) -> None:
-    machine.present("openssl", "fusermount3", "ldconfig", "java")
+    machine.present("openssl", "fusermount3", "ldconfig", "java", "chromium", "chromedriver")
     done = machine.run("test")
     assert done.returncode == 1, done
     assert named_packages(done.stderr) == ["kcat", "postgresql"]
@@ -163,7 +165,7 @@ def test_everything_present_is_silent_and_calls_no_apt_get(machine: Machine) -> 
 
 def test_root_installs_what_is_missing_with_apt_get(machine: Machine) -> None:
     machine.root()
-    machine.present("openssl", "fusermount3", "ldconfig", "java")
+    machine.present("openssl", "fusermount3", "ldconfig", "java", "chromium", "chromedriver")
     done = machine.run("test")
     assert done.returncode == 0, done
     assert machine.apt_calls() == [
@@ -174,7 +176,8 @@ def test_root_installs_what_is_missing_with_apt_get(machine: Machine) -> None:
 
 def test_root_fails_when_apt_get_did_not_provide_it(machine: Machine) -> None:
     machine.root()
-    machine.present("kcat", "fusermount3", "ldconfig", "java", "pg_ctl", "initdb")
+    machine.present("kcat", "fusermount3", "ldconfig", "java", "pg_ctl", "initdb", "chromium",
+                    "chromedriver")
     done = machine.run("test")  # the stand-in apt-get installs no openssl
     assert done.returncode == 1, done
     assert "still not found" in done.stderr

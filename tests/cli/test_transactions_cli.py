@@ -187,6 +187,40 @@ def test_command_config_file(txn_broker, tmp_path):
     assert proc.returncode == 2 and "not found" in proc.stderr
 
 
+def test_describe_producers(txn_broker):
+    bs = ("--bootstrap-server", txn_broker.bootstrap)
+    with Admin({"bootstrap.servers": txn_broker.bootstrap}) as admin:
+        admin.create_topics([NewTopic("cli-producers", 1)])
+    describe = ("transactions", "describe-producers", *bs, "--topic", "cli-producers",
+                "--partition", "0")
+    assert exactly(*describe).stdout.split() == [
+        "ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
+        "CurrentTransactionStartOffset"]
+
+    producer = Producer({"bootstrap.servers": txn_broker.bootstrap,
+                         "transactional.id": "cli-producers"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    before = int(time.time() * 1000)
+    for value in (b"a", b"b", b"c"):
+        producer.produce("cli-producers", value, partition=0)
+    assert producer.flush(10) == 0
+    (row,) = table(exactly(*describe).stdout)
+    listed = {r["TransactionalId"]: r for r in table(exactly("transactions", "list", *bs).stdout)}
+    assert row["ProducerId"] == listed["cli-producers"]["ProducerId"]
+    assert row["LastSequence"] == "2" and row["CurrentTransactionStartOffset"] == "0"
+    assert int(row["LastTimestamp"]) >= before - 1000
+    producer.commit_transaction(10)
+    (row,) = table(exactly(*describe).stdout)
+    assert row["CurrentTransactionStartOffset"] == "None"
+
+    proc = exactly("transactions", "describe-producers", *bs, "--topic", "cli-nosuch",
+                   "--partition", "0", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr == ("error: describe producers of cli-nosuch-0: "
+                           "UNKNOWN_TOPIC_OR_PARTITION\n")
+
+
 MAX_TIMEOUT_MS = 2000
 
 

@@ -23,7 +23,7 @@ import statistics
 
 import pytest
 
-from exactly.testing.flood import canary_latencies, flood_frame, p99, under_flood
+from tests.server.flood import canary_latencies, flood_frame, p99, under_flood
 from tests.support import create_topic, produce_confluent
 
 pytestmark = pytest.mark.serial  # measures the broker: run alone (see tests/conftest.py)

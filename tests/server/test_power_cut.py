@@ -6,7 +6,7 @@ cut drops every write and every directory entry not fsynced. A sustained load of
 transactional producers, offset commits, topic creations and deletions runs against it over
 TCP; at a random moment the broker is killed (or stopped, or killed again right after its
 restart) and the power cut, the broker starts again on what is left, and everything
-acknowledged is checked (exactly.testing.powercut_load). The seed is printed;
+acknowledged is checked (tests/server/powercut_load.py). The seed is printed;
 EXACTLY_POWER_CUT_SEED=N draws the same moments and choices again. bench/power_cut.py is the
 long run. A data directory the broker creates itself must survive a cut too.
 
@@ -31,7 +31,7 @@ from exactly import failpoints
 from exactly.log.files import fsync_dir  # opens read-only and fsyncs: for files as well
 from exactly.testing import EmbeddedBroker
 from exactly.testing.powercut import File, PowerCutFS
-from exactly.testing.powercut_load import Ledger, PowerCutLoad, check, read_committed
+from tests.server.powercut_load import Ledger, PowerCutLoad, check, read_committed
 from tests.support import create_topic
 
 CUTS = 8

@@ -57,6 +57,29 @@ timeout_option = click.option(
 )
 
 
+def topic_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """TOPIC as an argument or as --topic (Kafka's tools' spelling); see topic_name."""
+    func = click.option("--topic", "topic_option", default=None, metavar="TOPIC",
+                        help="The topic (the same as the TOPIC argument, as Kafka's tools "
+                        "take it).")(func)
+    return click.argument("topic", required=False)(func)
+
+
+def topic_name(argument: str | None, option: str | None, required: bool) -> str | None:
+    if argument is not None and option is not None and argument != option:
+        raise click.UsageError(f"two topics given: {argument!r} and --topic {option!r}; give one")
+    topic = argument if argument is not None else option
+    if topic is None and required:
+        raise click.UsageError("give the topic: TOPIC or --topic TOPIC")
+    return topic
+
+
+def required_topic(argument: str | None, option: str | None) -> str:
+    name = topic_name(argument, option, required=True)
+    assert name is not None
+    return name
+
+
 def require_broker(bootstrap: str, timeout_ms: int) -> None:
     """Exit with "no broker at HOST:PORT (why)" unless one of the bootstrap servers accepts a
     TCP connection within `timeout_ms`. Checked before any client starts, so that a broker that

@@ -1,35 +1,46 @@
-"""`exactly produce` and `exactly consume`: lines in, lines out, as Kafka's console tools.
+"""`exactly produce` and `exactly consume`: lines in, lines out, as Kafka's console tools
+(kafka-console-producer.sh, kafka-console-consumer.sh), on Exactly's own client, so that the
+command needs no C client library (issue 18).
 
-These use confluent-kafka until the project's own client arrives. librdkafka's own log lines
-are turned off (log_level 0): with a broker down it logs each reconnect, hundreds of lines, and
-every failure that matters reaches us through delivery reports, poll or exceptions anyway.
+Settings come as Kafka's tools take them: a properties file (--producer.config/--consumer.config),
+then --property (whose reader/formatter keys, parse.key/print.key/key.separator, the tool itself
+takes), then --producer-property/--consumer-property. A key Exactly's client does not know is
+skipped with a warning, as Kafka's clients warn about a configuration "supplied but not used";
+a known key with a bad value is an error naming it. The client's log lines stay off: every
+failure that matters reaches the command through an exception or a record's result.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
 import time
-import uuid
+from collections.abc import Mapping
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from exactly.cli.common import (
+    admin_call,
     bootstrap_option,
+    client_settings,
     fail,
-    kafka_error_text,
     parse_pairs,
-    read_client_properties,
     require_broker,
+    required_topic,
     timeout_option,
+    topic_options,
 )
 
-# Kafka's console tools take their reader/formatter settings with --property; anything else
-# given there goes to the client's config.
-_PRODUCE_READER_KEYS = ("parse.key", "key.separator")
-_CONSUME_FORMATTER_KEYS = ("print.key", "key.separator")
+if TYPE_CHECKING:
+    from exactly.client import ClientConfig  # imported when a command runs: --help stays quick
+
+# A large produce from a pipe or file says how far it got every this many records (stderr);
+# a smaller one, or one typed at a terminal, says nothing until the end.
+PROGRESS_EVERY = 100_000
 
 
 def _true(text: str, option: str) -> bool:
@@ -39,15 +50,77 @@ def _true(text: str, option: str) -> bool:
 
 
 def _config_file_option(kind: str) -> Any:
+    # --command-config is Kafka 4.2's name for the same file (KIP-1147), as the other tools take.
     return click.option(
-        f"--{kind}.config", f"{kind}_config", type=click.Path(dir_okay=False), default=None,
-        metavar="FILE", help=f"A properties file of {kind} configs, as Kafka's console tools take "
-        f"(sasl.jaas.config gives sasl.username/sasl.password); --{kind}-property and "
-        "--property win over it.")
+        f"--{kind}.config", "--command-config", f"{kind}_config", type=click.Path(dir_okay=False),
+        default=None, metavar="FILE", help=f"A properties file of {kind} configs, as Kafka's "
+        "console tools take (sasl.jaas.config gives sasl.username/sasl.password); "
+        f"--{kind}-property and --property win over it.")
+
+
+def _client_config(kind: str, bootstrap: str, config_file: str | None,
+                   defaults: Mapping[str, Any], layers: Mapping[str, Mapping[str, str]]
+                   ) -> ClientConfig:
+    """The checked ClientConfig: `defaults`, then the file, then each of `layers` (option name
+    -> pairs) in order. Unknown keys are skipped with a warning; a bad value exits 2."""
+    from exactly.client import ClientConfig, ConfigError
+    from exactly.client.config import _KEYS as CLIENT_KEYS
+
+    settings = {**defaults, **client_settings(bootstrap, config_file, f"exactly-console-{kind}")}
+    for option, pairs in layers.items():
+        for key, value in pairs.items():
+            if key in CLIENT_KEYS:
+                settings[key] = value
+            else:
+                click.echo(f"warning: {option}: {key} is not a setting of Exactly's client; "
+                           "ignored", err=True)
+    try:
+        return ClientConfig(settings)
+    except ConfigError as exc:
+        fail(f"bad {kind} settings: {exc}", 2)
+
+
+def _quiet_client_logs() -> None:
+    """No client log lines on the terminal: without a handler of its own, Python would print
+    the client's warnings (a reconnect, a commit retried) through its last-resort handler."""
+    logging.getLogger("exactly").addHandler(logging.NullHandler())
+
+
+class _Tally:
+    """Delivered and failed records, counted per batch (a batch's records succeed or fail
+    together), so that a large produce keeps no future per record."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, Any] = {}  # id(batch) -> batch not yet counted
+        self.delivered = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+
+    def add(self, future: Any) -> None:
+        batch = future.batch
+        self.pending[id(batch)] = batch
+        if len(self.pending) > 1000:
+            self.settle()
+
+    def settle(self) -> None:
+        """Count the batches that are done."""
+        for key, batch in list(self.pending.items()):
+            if not batch.done:
+                continue
+            del self.pending[key]
+            if batch.error is None:
+                self.delivered += batch.count
+            else:
+                self.failed += batch.count
+                self.first_error = self.first_error or batch.error
+
+    @property
+    def undelivered(self) -> int:
+        return sum(batch.count for batch in self.pending.values())
 
 
 @click.command()
-@click.argument("topic")
+@topic_options
 @bootstrap_option
 @click.option(
     "--key-separator",
@@ -61,19 +134,20 @@ def _config_file_option(kind: str) -> Any:
     multiple=True,
     metavar="KEY=VALUE",
     help="parse.key=true / key.separator=SEP as in Kafka's console producer; any other "
-    "key is a producer config (librdkafka name). Repeatable.",
+    "key is a producer config (Kafka's name). Repeatable.",
 )
 @click.option(
     "--producer-property",
     "producer_properties",
     multiple=True,
     metavar="KEY=VALUE",
-    help="A producer config (librdkafka name). Repeatable.",
+    help="A producer config (Kafka's name, e.g. linger.ms=20). Repeatable.",
 )
 @_config_file_option("producer")
 @timeout_option
 def produce(
-    topic: str,
+    topic: str | None,
+    topic_option: str | None,
     bootstrap: str,
     key_separator: str | None,
     properties: tuple[str, ...],
@@ -82,7 +156,9 @@ def produce(
     timeout_ms: int,
 ) -> None:
     """Write each line of stdin to TOPIC as one record (idempotent, acks=all)."""
-    from confluent_kafka import KafkaException, Producer
+    from exactly.client import ConfigError, KafkaError, Producer
+
+    topic = required_topic(topic, topic_option)
 
     props = parse_pairs(properties, "--property")
     parse_key = key_separator is not None
@@ -97,36 +173,25 @@ def produce(
         )
     sep = separator.encode()
 
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "client.id": "exactly-console-producer",
+    config = _client_config("producer", bootstrap, producer_config, {
         "enable.idempotence": True,
         "acks": "all",
-        # A broker that goes away fails the run within --timeout instead of librdkafka's 5 min.
-        "message.timeout.ms": timeout_ms,
-        "linger.ms": 5,
-        "log_level": 0,
-    }
-    if producer_config is not None:
-        config.update(read_client_properties(producer_config))
-    config.update(props)
-    config.update(parse_pairs(producer_properties, "--producer-property"))
-    require_broker(str(config["bootstrap.servers"]), timeout_ms)
+        # A broker that goes away fails the run within --timeout, not the client's 2 minutes.
+        "delivery.timeout.ms": timeout_ms,
+        "request.timeout.ms": timeout_ms,
+        "socket.connection.setup.timeout.ms": timeout_ms,
+    }, {"--property": props,
+        "--producer-property": parse_pairs(producer_properties, "--producer-property")})
+    require_broker(config["bootstrap.servers"], timeout_ms)
+    _quiet_client_logs()
     try:
         producer = Producer(config)
-    except KafkaException as exc:
-        fail(f"cannot create the producer: {kafka_error_text(exc)}", 2)
+    except ConfigError as exc:
+        fail(f"bad producer settings: {exc}", 2)
 
-    delivered = 0
-    failed: list[str] = []
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        nonlocal delivered
-        if err is None:
-            delivered += 1
-        else:
-            failed.append(f"{err.str()} ({err.name()})")
-
+    tally = _Tally()
+    progress = not sys.stdin.isatty()
+    problem: str | None = None
     lineno = 0
     interrupted = False
     try:
@@ -140,36 +205,32 @@ def produce(
             if parse_key:
                 key, found, value = line.partition(sep)
                 if not found:
-                    producer.flush(30)
-                    fail(
-                        f"line {lineno} has no key separator {separator!r}: "
-                        f"{line[:80].decode(errors='replace')!r}"
-                    )
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                    problem = (f"line {lineno} has no key separator {separator!r}: "
+                               f"{line[:80].decode(errors='replace')!r}")
                     break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    producer.poll(0.1)
-            producer.poll(0)
+            tally.add(producer.send(topic, value, key))
+            if progress and lineno % PROGRESS_EVERY == 0:
+                click.echo(f"sent {lineno} records", err=True)
     except KeyboardInterrupt:
         interrupted = True
-    try:
-        flush_s = int(config["message.timeout.ms"]) / 1000 + 5
-    except (KeyError, ValueError):
-        flush_s = 305.0  # librdkafka's default message timeout, and some
-    remaining = producer.flush(flush_s)
-    if remaining:
-        failed.append(f"{remaining} record(s) still undelivered")
-    click.echo(f"Produced {delivered} record(s) to {topic}.", err=True)
-    if failed:
-        fail(f"{len(failed)} record(s) failed, first: {failed[0]}")
+    except (KafkaError, OSError, TimeoutError) as exc:
+        problem = f"cannot produce to {topic!r}: {exc}"
+    # Whatever was sent before a problem is delivered (or fails) before the command says so.
+    producer.close(config["delivery.timeout.ms"] / 1000 + 5)
+    tally.settle()
+    click.echo(f"Produced {tally.delivered} record(s) to {topic}.", err=True)
+    if problem is not None:
+        fail(problem)
+    if tally.failed or tally.undelivered:
+        first = tally.first_error or "not acknowledged in time"
+        fail(f"{tally.failed + tally.undelivered} record(s) not acknowledged; the first "
+             f"error: {first}")
     if interrupted:
         sys.exit(130)
 
 
 @click.command()
-@click.argument("topic")
+@topic_options
 @bootstrap_option
 @click.option(
     "--from-beginning",
@@ -181,6 +242,18 @@ def produce(
     default=None,
     help="Consumer group (subscribes and commits). Without it, every partition is "
     "read directly and nothing is committed.",
+)
+@click.option(
+    "--partition",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Read only this partition (directly, without a group).",
+)
+@click.option(
+    "--offset",
+    default=None,
+    metavar="OFFSET",
+    help="With --partition: where to start, an offset or earliest/latest [latest].",
 )
 @click.option(
     "--isolation-level",
@@ -206,22 +279,25 @@ def produce(
     multiple=True,
     metavar="KEY=VALUE",
     help="print.key=true / key.separator=SEP as in Kafka's console consumer; any other "
-    "key is a consumer config (librdkafka name). Repeatable.",
+    "key is a consumer config (Kafka's name). Repeatable.",
 )
 @click.option(
     "--consumer-property",
     "consumer_properties",
     multiple=True,
     metavar="KEY=VALUE",
-    help="A consumer config (librdkafka name). Repeatable.",
+    help="A consumer config (Kafka's name, e.g. fetch.max.wait.ms=100). Repeatable.",
 )
 @_config_file_option("consumer")
 @timeout_option
 def consume(
-    topic: str,
+    topic: str | None,
+    topic_option: str | None,
     bootstrap: str,
     from_beginning: bool,
     group: str | None,
+    partition: int | None,
+    offset: str | None,
     isolation_level: str,
     max_messages: int | None,
     idle_timeout_ms: int | None,
@@ -232,45 +308,44 @@ def consume(
     timeout_ms: int,
 ) -> None:
     """Print the values of TOPIC's records, one per line."""
-    from confluent_kafka import (
-        OFFSET_BEGINNING,
-        OFFSET_END,
-        Consumer,
-        KafkaError,
-        KafkaException,
-        TopicPartition,
-    )
+    from exactly.client import Admin, Consumer, KafkaError
+    from exactly.protocol.errors import ErrorCode
 
+    topic = required_topic(topic, topic_option)
+
+    start = _start_offset(offset, partition, group, from_beginning)
     props = parse_pairs(properties, "--property")
     if "print.key" in props:
         print_key = _true(props.pop("print.key"), "--property")
     separator = props.pop("key.separator", "\t").encode()
 
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "client.id": "exactly-console-consumer",
+    defaults: dict[str, Any] = {
         "isolation.level": isolation_level,
-        "auto.offset.reset": "earliest" if from_beginning else "latest",
-        "enable.partition.eof": False,
-        "log_level": 0,
+        "auto.offset.reset": "earliest" if from_beginning or start == "earliest" else "latest",
+        "socket.connection.setup.timeout.ms": timeout_ms,
     }
-    if group is None:
-        # librdkafka needs a group id even for a consumer that only assigns; this one is never
-        # joined and nothing is committed under it.
-        config["group.id"] = f"exactly-console-consumer-{uuid.uuid4().hex[:12]}"
-        config["enable.auto.commit"] = False
-    else:
-        config["group.id"] = group
-    if consumer_config is not None:
-        config.update(read_client_properties(consumer_config))
-    config.update(props)
-    config.update(parse_pairs(consumer_properties, "--consumer-property"))
-    require_broker(str(config["bootstrap.servers"]), timeout_ms)
-    try:
-        consumer = Consumer(config)
-    except KafkaException as exc:
-        fail(f"cannot create the consumer: {kafka_error_text(exc)}", 2)
+    if group is not None:
+        defaults["group.id"] = group
+    config = _client_config("consumer", bootstrap, consumer_config, defaults, {
+        "--property": props,
+        "--consumer-property": parse_pairs(consumer_properties, "--consumer-property")})
+    require_broker(config["bootstrap.servers"], timeout_ms)
+    _quiet_client_logs()
 
+    def describe() -> Any:
+        with Admin(config.with_overrides(request_timeout_ms=timeout_ms)) as admin:
+            try:
+                return admin.describe_topics([topic])[topic]
+            except KafkaError as exc:
+                if exc.code == ErrorCode.unknown_topic_or_partition:
+                    fail(f"topic {topic!r} does not exist")
+                raise
+
+    partitions = [p.partition for p in admin_call(f"read topic {topic!r}", describe).partitions]
+    if partition is not None and partition not in partitions:
+        fail(f"topic {topic!r} has no partition {partition} (it has {len(partitions)})")
+
+    consumer = Consumer(config)
     stop = False
 
     def on_term(_signum: int, _frame: FrameType | None) -> None:
@@ -278,27 +353,14 @@ def consume(
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
-
-    if group is None:
-        try:
-            md = consumer.list_topics(topic, timeout=timeout_ms / 1000)
-        except KafkaException as exc:
-            consumer.close()
-            fail(f"cannot read topic {topic!r} from {bootstrap}: {kafka_error_text(exc)}")
-        t = md.topics.get(topic)
-        if t is None or t.error is not None:
-            consumer.close()
-            reason = (
-                "does not exist"
-                if t is None
-                or t.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
-                else f"cannot be read: {t.error.str()}"
-            )
-            fail(f"topic {topic!r} {reason}")
-        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        consumer.assign([TopicPartition(topic, p, start) for p in sorted(t.partitions)])
-    else:
+    if group is not None:
         consumer.subscribe([topic])
+    elif partition is not None:
+        consumer.assign([(topic, partition)])
+        if isinstance(start, int):
+            consumer.seek((topic, partition), start)
+    else:
+        consumer.assign([(topic, p) for p in partitions])
 
     out = sys.stdout.buffer
     count = 0
@@ -312,33 +374,55 @@ def consume(
                 if left <= 0:
                     break
                 wait = min(wait, left)
-            msg = consumer.poll(wait)
-            if msg is None:
+            # No more records than are still wanted: what poll returns is consumed (committed
+            # with --group), and counted before it is printed, which a Ctrl-C may cut short.
+            limit = 500 if max_messages is None else min(500, max_messages - count)
+            records = consumer.poll(wait * 1000, max_records=limit)
+            if not records:
                 continue
-            err = msg.error()
-            if err is not None:
-                click.echo(f"error: {err.str()} ({err.name()})", err=True)
-                if err.fatal() or err.code() in (
-                    KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                ):
-                    code = 1
-                    break
-                continue
+            count += len(records)
             last = time.monotonic()
-            value = msg.value()
-            line = b"null" if value is None else value
-            if print_key:
-                key = msg.key()
-                line = (b"null" if key is None else key) + separator + line
-            out.write(line + b"\n")
+            lines = []
+            for record in records:
+                value = b"null" if record.value is None else record.value
+                if print_key:
+                    value = (b"null" if record.key is None else record.key) + separator + value
+                lines.append(value)
+            out.write(b"\n".join(lines) + b"\n")  # one write a poll, even when unbuffered (-u)
             out.flush()
-            count += 1
     except KeyboardInterrupt:
         pass
-    except BrokenPipeError:  # `exactly consume ... | head`
-        pass
+    except BrokenPipeError:  # `exactly consume ... | head`: stop quietly, and at exit too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (KafkaError, OSError, TimeoutError) as exc:
+        click.echo(f"error: reading {topic!r}: {exc}", err=True)
+        code = 1
     finally:
         consumer.close()
     click.echo(f"Processed a total of {count} messages", err=True)
     sys.exit(code)
+
+
+def _start_offset(offset: str | None, partition: int | None, group: str | None,
+                  from_beginning: bool) -> int | str | None:
+    """--offset as an int or earliest/latest, checked against the options it goes with, as
+    kafka-console-consumer.sh checks them."""
+    if partition is not None and group is not None:
+        raise click.UsageError("--partition reads one partition without a group: leave out "
+                               "--group, or --partition")
+    if offset is None:
+        return None
+    if partition is None:
+        raise click.UsageError("--offset needs --partition")
+    if from_beginning:
+        raise click.UsageError("--offset and --from-beginning cannot be given together")
+    if offset.lower() in ("earliest", "latest"):
+        return offset.lower()
+    try:
+        number = int(offset)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise click.BadParameter(f"{offset!r} is not an offset (a number >= 0), earliest or "
+                                 "latest", param_hint="--offset")
+    return number

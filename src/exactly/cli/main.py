@@ -9,11 +9,15 @@ import click
 from exactly import __version__
 from exactly.cli.acls import acls
 from exactly.cli.common import fail, parse_pairs
+from exactly.cli.configs import configs
 from exactly.cli.console import consume, produce
+from exactly.cli.groups import consumer_groups
 from exactly.cli.log import log_files
+from exactly.cli.records import delete_records, log_dirs
 from exactly.cli.topics import topics
 from exactly.cli.transactions import transactions
 from exactly.cli.users import users
+from exactly.cli.webconsole import console
 
 _HOST_PORT = re.compile(r"(?P<host>\[[^\]]+\]|[^:\[\]]*):(?P<port>[0-9]{1,5})")
 
@@ -90,6 +94,11 @@ cli.add_command(transactions)
 cli.add_command(acls)
 cli.add_command(users)
 cli.add_command(log_files)
+cli.add_command(console)
+cli.add_command(consumer_groups)
+cli.add_command(configs)
+cli.add_command(delete_records)
+cli.add_command(log_dirs)
 
 
 # The demo parses its own arguments, --help included, so that `exactly demo --help` lists them.

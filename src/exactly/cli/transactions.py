@@ -1,6 +1,7 @@
 """`exactly transactions ...`: list, describe, find hanging, abort and force-terminate
-transactions, as Kafka's kafka-transactions.sh does (KIP-664, KIP-939). Uses Exactly's own Admin
-client, so it works against Exactly and against Apache Kafka."""
+transactions, and describe a partition's producers, as Kafka's kafka-transactions.sh does
+(KIP-664, KIP-939). Uses Exactly's own Admin client, so it works against Exactly and against
+Apache Kafka."""
 
 from __future__ import annotations
 
@@ -257,3 +258,27 @@ def force_terminate(bootstrap: str, command_config: str | None, timeout_ms: int,
         admin_call(f"force terminate {transactional_id!r}",
                    lambda: admin.force_terminate_transaction(transactional_id))
     click.echo(f"Terminated the transaction of {transactional_id!r}.")
+
+
+@transactions.command("describe-producers")
+@bootstrap_option
+@command_config_option
+@timeout_option
+@click.option("--topic", required=True, help="The partition's topic.")
+@click.option("--partition", required=True, type=click.IntRange(min=0),
+              help="The partition whose producers to describe.")
+def describe_producers(bootstrap: str, command_config: str | None, timeout_ms: int, topic: str,
+                       partition: int) -> None:
+    """The producers the partition's leader keeps state for (DescribeProducers, KIP-664): epoch,
+    last sequence and timestamp, and where an open transaction starts (None: no transaction
+    open)."""
+    where = f"{topic}-{partition}"
+    with _admin(bootstrap, command_config, timeout_ms) as admin:
+        producers = admin_call(f"describe producers of {where}",
+                               lambda: admin.describe_producers([(topic, partition)]))
+    print_table(("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+                 "LastTimestamp", "CurrentTransactionStartOffset"),
+                ((p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+                  p.last_timestamp,
+                  p.current_txn_start_offset if p.current_txn_start_offset >= 0 else "None")
+                 for p in producers[(topic, partition)]))

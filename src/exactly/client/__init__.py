@@ -4,7 +4,18 @@ These are the blocking classes; `exactly.client.aio` has the asyncio ones under 
 The client depends on `exactly.protocol` only, so it works against any Kafka-protocol broker.
 """
 
-from exactly.client.admin import Admin, AdminError, NewTopic
+from exactly.client.admin import (
+    Admin,
+    AdminError,
+    ConfigEntry,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    ListOffsetsResultInfo,
+    MemberDescription,
+    NewTopic,
+    OffsetAndMetadata,
+    OffsetSpec,
+)
 from exactly.client.config import ClientConfig
 from exactly.client.consumer import Consumer, ConsumerRecord
 from exactly.client.errors import (
@@ -36,13 +47,20 @@ __all__ = [
     "AdminError",
     "AuthenticationError",
     "ClientConfig",
+    "ConfigEntry",
     "ConfigError",
     "Consumer",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "IllegalStateError",
     "KafkaError",
+    "ListOffsetsResultInfo",
+    "MemberDescription",
     "NewTopic",
+    "OffsetAndMetadata",
+    "OffsetSpec",
     "PreparedTxnState",
     "Producer",
     "ProducerFencedError",

@@ -2,6 +2,11 @@
 transactions, describe a partition's producers, abort a hanging transaction by writing its
 marker, and force-terminate a transactional id's open (or prepared 2PC) transaction (KIP-939). `AsyncAdmin` is the asyncio client; `Admin` runs the same calls on the client's loop.
 
+Consumer groups as Kafka's Admin shapes them: list, describe (DescribeGroups for classic groups,
+ConsumerGroupDescribe for KIP-848 ones), their committed offsets (OffsetFetch), alter them as an
+admin commit that only an empty group takes, delete groups and offsets (KIP-496), and
+ListOffsets by OffsetSpec with an isolation level.
+
 A call that fails for some of its items raises AdminError (a KafkaError carrying the first
 failure's code) once the whole request is answered, with every failure in `errors`."""
 
@@ -13,26 +18,37 @@ import enum
 import hashlib
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
 from exactly.client._loop import Blocking, LoopThread
-from exactly.client.cluster import COORDINATOR_TRANSACTION, Cluster, make_request, request_module
+from exactly.client.assignors import ProtocolError, decode_assignment
+from exactly.client.cluster import (
+    COORDINATOR_GROUP,
+    COORDINATOR_TRANSACTION,
+    Cluster,
+    make_request,
+    request_module,
+)
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.connection import BrokerConnection
-from exactly.client.errors import KafkaError, UnsupportedVersionError
+from exactly.client.errors import KafkaConnectionError, KafkaError, UnsupportedVersionError
+from exactly.client.group import CommitFailedError, GroupCoordinatorClient
 from exactly.protocol.acls import AclOperation, AclPermissionType, PatternType, ResourceType
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.structs import TopicPartition
 
 _TOPIC_RESOURCE, _GROUP_RESOURCE = 2, 32  # ConfigResource types
+_BROKER_RESOURCE = 4  # a broker's id, or "" for the cluster-wide default (KIP-226)
 _SET, _DELETE = 0, 1
 _CONFIG_SOURCES = {1: "TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
-                   4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+                   4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+                   8: "GROUP_CONFIG"}
 _COORDINATOR_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
                       ErrorCode.coordinator_load_in_progress}
+_ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 
 
 class ScramMechanism(enum.IntEnum):
@@ -193,6 +209,106 @@ class ProducerState:
     current_txn_start_offset: int  # -1 when the producer has no open transaction here
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaLogInfo:
+    """One partition's replica in a log directory (DescribeLogDirs)."""
+    size: int  # bytes of the partition's segments
+    offset_lag: int  # 0 on a leader
+    is_future: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """A broker's log directory: where it is, its partitions, and its disk's space (-1 when the
+    broker does not say)."""
+    path: str
+    error: int
+    replicas: dict[TopicPartition, ReplicaLogInfo]
+    total_bytes: int = -1
+    usable_bytes: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupListing:
+    """A consumer group as ListGroups names it. `type` is "classic" or "consumer" (KIP-848);
+    `protocol_type` is "consumer", or "" for a group that only has committed offsets."""
+
+    group_id: str
+    state: str  # Kafka's names: Stable, Empty, PreparingRebalance, Assigning, Reconciling, ...
+    type: str
+    protocol_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: list[TopicPartition]
+    target_assignment: list[TopicPartition] | None = None  # consumer groups (KIP-848) only
+    member_epoch: int | None = None  # consumer groups (KIP-848) only
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    """A group from DescribeGroups (type "classic") or ConsumerGroupDescribe (type "consumer",
+    KIP-848). `coordinator` is the broker that answered; `partition_assignor` is the classic
+    group's protocol (range, roundrobin, ...) or the consumer group's server-side assignor."""
+
+    group_id: str
+    type: str
+    state: str
+    protocol_type: str
+    partition_assignor: str
+    members: list[MemberDescription]
+    coordinator: BrokerInfo
+    group_epoch: int | None = None  # consumer groups only
+    target_assignment_epoch: int | None = None  # consumer groups only
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    offset: int
+    metadata: str | None = None
+    leader_epoch: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """What list_offsets looks up, as Kafka's OffsetSpec: earliest(), latest(), max_timestamp(),
+    or for_timestamp(ms), the first offset whose timestamp is at or after `ms`."""
+
+    timestamp: int
+
+    @classmethod
+    def earliest(cls) -> OffsetSpec:
+        return cls(-2)
+
+    @classmethod
+    def latest(cls) -> OffsetSpec:
+        return cls(-1)
+
+    @classmethod
+    def max_timestamp(cls) -> OffsetSpec:
+        return cls(-3)
+
+    @classmethod
+    def for_timestamp(cls, ms: int) -> OffsetSpec:
+        if ms < 0:
+            raise ValueError(f"timestamp {ms} is before the epoch: give milliseconds since 1970")
+        return cls(ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResultInfo:
+    """offset is -1 when a for_timestamp spec finds no record at or after the timestamp."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int | None
+
+
 class AdminError(KafkaError):
     """Some items of an admin call failed; `errors` maps each failed item to its error."""
 
@@ -238,9 +354,24 @@ def _enum(kind: type[_IntEnumT], value: int) -> _IntEnumT:
         return kind(0)
 
 
+def _resource_text(name: str) -> str:
+    """A config resource's name in an error; "" is the brokers' cluster-wide default."""
+    return repr(name) if name else "the brokers' cluster-wide default"
+
+
 def _acl_text(a: AclBinding) -> str:
     return (f"{a.permission_type.name} {a.principal} from {a.host} {a.operation.name} on "
             f"{a.resource_type.name}:{a.pattern_type.name}:{a.resource_name}")
+
+
+def _assigned(assignment: Any) -> list[TopicPartition]:
+    """A ConsumerGroupDescribe assignment as sorted (topic, partition)s."""
+    return sorted(TopicPartition(t.topic_name, p) for t in assignment.topic_partitions
+                  for p in t.partitions)
+
+
+def _first_result_error(response: Any) -> int:
+    return int(response.results[0].error_code)
 
 
 def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
@@ -347,15 +478,18 @@ class AsyncAdmin:
         `share.auto.offset.reset`."""
         return await self._describe_configs(_GROUP_RESOURCE, group_id)
 
-    async def _describe_configs(self, resource_type: int, name: str) -> dict[str, ConfigEntry]:
-        conn = await self.cluster.any_connection()
+    async def _describe_configs(self, resource_type: int, name: str,
+                                node: int | None = None) -> dict[str, ConfigEntry]:
+        """`node`: the broker to ask (a broker's own configs are its to tell); None for any."""
+        conn = await (self.cluster.any_connection() if node is None
+                      else self.cluster.connection(node))
         module = request_module(conn, ApiKey.DESCRIBE_CONFIGS)
         resource = build(module.DescribeConfigsResource, resource_type=resource_type,
                          resource_name=name, configuration_keys=None)
         response = await conn.send(make_request(conn, ApiKey.DESCRIBE_CONFIGS, resources=(resource,),
                                                 include_synonyms=False, include_documentation=False))
         (result,) = response.results
-        if (e := _item_error(f"describe configs of {name!r}", result.error_code,
+        if (e := _item_error(f"describe configs of {_resource_text(name)}", result.error_code,
                              result.error_message)) is not None:
             _raise_failures({name: e})
         return {c.name: ConfigEntry(c.name, c.value, _CONFIG_SOURCES.get(c.config_source, "UNKNOWN"),
@@ -373,9 +507,30 @@ class AsyncAdmin:
         set={"share.auto.offset.reset": "earliest"} for a share group."""
         await self._alter_configs(_GROUP_RESOURCE, group_id, set, delete, validate_only)
 
+    async def describe_broker_configs(self, broker_id: int | None = None) -> dict[str, ConfigEntry]:
+        """A broker's configs, each with its source (dynamic, static, default), asked of that
+        broker; with `broker_id` None, the cluster-wide dynamic defaults (KIP-226)."""
+        if broker_id is None:
+            return await self._describe_configs(_BROKER_RESOURCE, "")
+        return await self._describe_configs(_BROKER_RESOURCE, str(broker_id), broker_id)
+
+    async def alter_broker_configs(self, broker_id: int | None = None, *,
+                                   set: Mapping[str, str] | None = None,
+                                   delete: Iterable[str] = (), validate_only: bool = False) -> None:
+        """IncrementalAlterConfigs of a broker's dynamic configs (KIP-226), or of the
+        cluster-wide default with `broker_id` None. The broker refuses keys it cannot change
+        at run time."""
+        if broker_id is None:
+            await self._alter_configs(_BROKER_RESOURCE, "", set, delete, validate_only)
+        else:
+            await self._alter_configs(_BROKER_RESOURCE, str(broker_id), set, delete,
+                                      validate_only, broker_id)
+
     async def _alter_configs(self, resource_type: int, name: str, set: Mapping[str, str] | None,
-                             delete: Iterable[str], validate_only: bool) -> None:
-        conn = await self.cluster.any_connection()
+                             delete: Iterable[str], validate_only: bool,
+                             node: int | None = None) -> None:
+        conn = await (self.cluster.any_connection() if node is None
+                      else self.cluster.connection(node))
         module = request_module(conn, ApiKey.INCREMENTAL_ALTER_CONFIGS)
         changes = [build(module.AlterableConfig, name=k, config_operation=_SET, value=str(v))
                    for k, v in (set or {}).items()]
@@ -386,7 +541,7 @@ class AsyncAdmin:
         response = await conn.send(make_request(conn, ApiKey.INCREMENTAL_ALTER_CONFIGS,
                                                 resources=(resource,), validate_only=validate_only))
         (result,) = response.responses
-        if (e := _item_error(f"alter configs of {name!r}", result.error_code,
+        if (e := _item_error(f"alter configs of {_resource_text(name)}", result.error_code,
                              result.error_message)) is not None:
             _raise_failures({name: e})
 
@@ -517,6 +672,65 @@ class AsyncAdmin:
         _raise_failures(failures)
         return out
 
+    async def delete_records(self, before: Mapping[tuple[str, int], int], *, partial: bool = False
+                             ) -> dict[TopicPartition, Any]:
+        """Move each partition's log start offset up to the given offset (-1: its high
+        watermark), as kafka-delete-records.sh does (KIP-107); the new low watermarks. With
+        `partial`, a partition that failed maps to its KafkaError instead of raising AdminError,
+        so that the others' results are not lost."""
+        out: dict[TopicPartition, Any] = {}
+        wanted = {TopicPartition(*tp): offset for tp, offset in before.items()}
+        leaders, failures = await self._by_leader(wanted, "delete records of")
+        for conn, topics in leaders:
+            module = request_module(conn, ApiKey.DELETE_RECORDS)
+            response = await conn.send(make_request(
+                conn, ApiKey.DELETE_RECORDS, timeout=self._timeout, topics=tuple(
+                    build(module.DeleteRecordsTopic, name=t, partitions=tuple(
+                        build(module.DeleteRecordsPartition, partition_index=p,
+                              offset=wanted[TopicPartition(t, p)]) for p in ps))
+                    for t, ps in topics.items())))
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if (e := _item_error(f"delete records of {tp.topic}-{tp.partition}",
+                                         p.error_code)) is not None:
+                        failures[tp] = e
+                    else:
+                        out[tp] = p.low_watermark
+        if partial:
+            return {**out, **failures}
+        _raise_failures(failures)
+        return out
+
+    async def describe_log_dirs(self, topics: Iterable[str] | None = None
+                                ) -> dict[int, list[LogDirDescription]]:
+        """Each broker's log directories with the partitions in them (of `topics`, or all),
+        per broker id, as kafka-log-dirs.sh --describe shows them (KIP-113)."""
+        # The request names partitions, not topics: every partition of each topic asked for.
+        names = None if topics is None else list(topics)
+        md = await self.cluster.refresh([] if names is None else names)
+        wanted = None if names is None else {
+            t: tuple(sorted(md.topics[t].partitions)) if t in md.topics else () for t in names}
+        out: dict[int, list[LogDirDescription]] = {}
+        for broker_id in sorted(md.brokers):
+            conn = await self.cluster.connection(broker_id)
+            module = request_module(conn, ApiKey.DESCRIBE_LOG_DIRS)
+            response = await conn.send(make_request(
+                conn, ApiKey.DESCRIBE_LOG_DIRS, topics=None if wanted is None else tuple(
+                    build(module.DescribableLogDirTopic, topic=t, partitions=ps)
+                    for t, ps in wanted.items())))
+            if (e := _item_error(f"describe log dirs of broker {broker_id}",
+                                 getattr(response, "error_code", 0))) is not None:
+                raise e
+            out[broker_id] = [LogDirDescription(
+                r.log_dir, int(r.error_code),
+                {TopicPartition(t.name, p.partition_index):
+                     ReplicaLogInfo(p.partition_size, p.offset_lag, p.is_future_key)
+                 for t in r.topics for p in t.partitions},
+                getattr(r, "total_bytes", -1), getattr(r, "usable_bytes", -1))
+                for r in response.results]
+        return out
+
     async def abort_transaction(self, topic: str, partition: int, producer_id: int,
                                 producer_epoch: int, coordinator_epoch: int) -> None:
         """End a hanging transaction on one partition: write its ABORT marker there (sent to the
@@ -572,6 +786,246 @@ class AsyncAdmin:
                                  "call again to retry", int(code))
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
+
+    # -- consumer groups (as Kafka's Admin: listConsumerGroups, describeConsumerGroups, ...) ---
+
+    async def _group_request(self, group: str, what: str, api_key: int,
+                             error_of: Callable[[Any], int],
+                             nested: Callable[[Any], dict[str, Any]] | None = None,
+                             **fields: Any) -> tuple[BrokerConnection, Any]:
+        """Send a request to `group`'s coordinator (FindCoordinator), again while the
+        coordinator moves or loads, up to request.timeout.ms. `nested(module)` gives the fields
+        built from the negotiated version's kio module; `error_of(response)` the code that
+        says whether the coordinator moved."""
+        timeout_ms = self.config["request.timeout.ms"]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        backoff = max(self.config["retry.backoff.ms"], 1) / 1000
+        while True:
+            conn = await self.cluster.coordinator(COORDINATOR_GROUP, group)
+            more = nested(request_module(conn, api_key)) if nested is not None else {}
+            response = await conn.send(make_request(conn, api_key, **fields, **more))
+            code = error_of(response)
+            if code not in _COORDINATOR_MOVED:
+                return conn, response
+            self.cluster.forget_coordinator(COORDINATOR_GROUP, group)
+            if loop.time() + backoff > deadline:
+                raise KafkaError(f"{what}: the coordinator still answers {error_name(code)} "
+                                 f"after request.timeout.ms={timeout_ms}; try again", int(code))
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    async def list_consumer_groups(self, *, states: Iterable[str] | None = None,
+                                   types: Iterable[str] | None = None) -> list[ConsumerGroupListing]:
+        """The consumer groups of every broker (ListGroups): classic ones and KIP-848 "consumer"
+        ones; share groups are not consumer groups. `states` (Stable, Empty, ...) needs
+        ListGroups v4+, `types` (classic, consumer) v5+ (KIP-848); both match any case."""
+        states, types = list(states or ()), list(types or ())
+        out: list[ConsumerGroupListing] = []
+        for conn in await self._brokers():
+            version = conn.version(ApiKey.LIST_GROUPS)
+            for asked, needs in ((states, 4), (types, 5)):
+                if asked and version < needs:
+                    raise UnsupportedVersionError(
+                        f"broker {conn.host}:{conn.port} speaks ListGroups v{version}; filtering "
+                        f"by {'state' if asked is states else 'type'} needs v{needs}: list "
+                        "without the filter")
+            response = await conn.send(make_request(conn, ApiKey.LIST_GROUPS,
+                                                    states_filter=tuple(states),
+                                                    types_filter=tuple(types)))
+            if (e := _item_error(f"list consumer groups on broker {conn.node_id}",
+                                 response.error_code)):
+                raise e
+            out.extend(ConsumerGroupListing(g.group_id, getattr(g, "group_state", ""),
+                                            getattr(g, "group_type", "") or "classic",
+                                            g.protocol_type)
+                       for g in response.groups if g.protocol_type in ("consumer", ""))
+        return sorted(out, key=lambda g: g.group_id)
+
+    async def describe_consumer_groups(self, group_ids: Iterable[str]
+                                       ) -> dict[str, ConsumerGroupDescription]:
+        """Each group as its coordinator describes it: ConsumerGroupDescribe for a KIP-848
+        group, DescribeGroups for a classic one, as Kafka's Admin does. A group that does not
+        exist fails with GROUP_ID_NOT_FOUND."""
+        out: dict[str, ConsumerGroupDescription] = {}
+        failures: dict[str, KafkaError] = {}
+        for group_id in dict.fromkeys(group_ids):
+            try:
+                out[group_id] = await self._describe_consumer_group(group_id)
+            except KafkaError as exc:
+                if isinstance(exc, KafkaConnectionError):
+                    raise
+                failures[group_id] = exc
+        _raise_failures(failures)
+        return out
+
+    async def _describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        what = f"describe consumer group {group_id!r}"
+        conn = await self.cluster.coordinator(COORDINATOR_GROUP, group_id)
+        if conn.supports(ApiKey.CONSUMER_GROUP_DESCRIBE):
+            conn, response = await self._group_request(
+                group_id, what, ApiKey.CONSUMER_GROUP_DESCRIBE, lambda r: r.groups[0].error_code,
+                group_ids=(group_id,), include_authorized_operations=False)
+            (g,) = response.groups
+            if g.error_code == ErrorCode.none:
+                return ConsumerGroupDescription(
+                    group_id, "consumer", g.group_state, "consumer", g.assignor_name,
+                    [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                       _assigned(m.assignment), _assigned(m.target_assignment),
+                                       m.member_epoch) for m in g.members],
+                    BrokerInfo(conn.node_id or -1, conn.host, conn.port), g.group_epoch,
+                    g.assignment_epoch)
+            if g.error_code != ErrorCode.group_id_not_found:  # not found: maybe a classic one
+                raise _item_error(what, g.error_code, g.error_message) or KafkaError(what)
+        conn, response = await self._group_request(
+            group_id, what, ApiKey.DESCRIBE_GROUPS, lambda r: r.groups[0].error_code,
+            groups=(group_id,), include_authorized_operations=False)
+        (d,) = response.groups
+        if (e := _item_error(what, d.error_code, getattr(d, "error_message", None))):
+            raise e
+        if d.group_state == "Dead":
+            raise KafkaError(f"consumer group {group_id!r} does not exist",
+                             ErrorCode.group_id_not_found)
+        if d.protocol_type not in ("consumer", ""):
+            raise KafkaError(f"{what}: it is a group of protocol type {d.protocol_type!r}, not "
+                             "a consumer group", ErrorCode.group_id_not_found)
+        members = []
+        for m in d.members:
+            try:
+                assigned = decode_assignment(m.member_assignment).partitions
+            except ProtocolError:  # a client's own bytes: shown as no assignment
+                assigned = {}
+            members.append(MemberDescription(
+                m.member_id, getattr(m, "group_instance_id", None), m.client_id, m.client_host,
+                sorted(TopicPartition(t, p) for t, ps in assigned.items() for p in ps)))
+        return ConsumerGroupDescription(group_id, "classic", d.group_state, d.protocol_type,
+                                        d.protocol_data, members,
+                                        BrokerInfo(conn.node_id or -1, conn.host, conn.port))
+
+    async def list_consumer_group_offsets(
+            self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (OffsetFetch): all of them, or those of `partitions`;
+        a partition with no committed offset is left out."""
+        what = f"list offsets of consumer group {group_id!r}"
+        wanted = None if partitions is None else list(dict.fromkeys(partitions))
+        if wanted == []:
+            return {}
+
+        def topics(module: Any) -> dict[str, Any]:
+            return {"topics": None if wanted is None else tuple(
+                build(module.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
+                for t, ps in _by_topic(wanted).items())}
+
+        _conn, response = await self._group_request(
+            group_id, what, ApiKey.OFFSET_FETCH, lambda r: getattr(r, "error_code", 0), topics,
+            group_id=group_id, require_stable=False)
+        if (e := _item_error(what, getattr(response, "error_code", 0))):
+            raise e
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        failures: dict[TopicPartition, KafkaError] = {}
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_index)
+                if (e := _item_error(f"{what} on {tp.topic}-{tp.partition}", p.error_code)):
+                    failures[tp] = e
+                elif p.committed_offset >= 0:
+                    epoch = getattr(p, "committed_leader_epoch", -1)
+                    out[tp] = OffsetAndMetadata(p.committed_offset, p.metadata,
+                                                epoch if epoch >= 0 else None)
+        _raise_failures(failures)
+        return out
+
+    async def alter_consumer_group_offsets(
+            self, group_id: str, offsets: Mapping[tuple[str, int], int | OffsetAndMetadata]
+    ) -> None:
+        """Commit `offsets` for the group as Kafka's Admin does (OffsetCommit with generation
+        -1 and no member id), which the coordinator accepts only while the group has no
+        members: stop its consumers first."""
+        committed = {TopicPartition(*tp): o.offset if isinstance(o, OffsetAndMetadata) else int(o)
+                     for tp, o in offsets.items()}
+        if not committed:
+            return
+        coordinator = GroupCoordinatorClient(self.cluster, self.config, group_id)
+        try:
+            await coordinator.commit(committed)
+        except CommitFailedError as exc:
+            raise KafkaError(
+                f"alter offsets of consumer group {group_id!r}: {exc.name}: the group has "
+                "active members, and offsets can only be altered while it has none; stop its "
+                "consumers and try again", exc.code) from None
+        finally:
+            await coordinator.close()
+
+    async def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
+        """DeleteGroups: each group must be empty (NON_EMPTY_GROUP otherwise); its committed
+        offsets go with it."""
+        failures: dict[str, KafkaError] = {}
+        for group_id in dict.fromkeys(group_ids):
+            what = f"delete consumer group {group_id!r}"
+            _conn, response = await self._group_request(
+                group_id, what, ApiKey.DELETE_GROUPS, _first_result_error,
+                groups_names=(group_id,))
+            if (e := _item_error(what, _first_result_error(response))):
+                failures[group_id] = e
+        _raise_failures(failures)
+
+    async def delete_consumer_group_offsets(self, group_id: str,
+                                            partitions: Iterable[tuple[str, int]]) -> None:
+        """OffsetDelete (KIP-496): forget the group's committed offsets of `partitions`. Refused
+        per partition (GROUP_SUBSCRIBED_TO_TOPIC) while a member is subscribed to its topic."""
+        what = f"delete offsets of consumer group {group_id!r}"
+        wanted = list(dict.fromkeys(partitions))
+
+        def topics(module: Any) -> dict[str, Any]:
+            return {"topics": tuple(
+                build(module.OffsetDeleteRequestTopic, name=t, partitions=tuple(
+                    build(module.OffsetDeleteRequestPartition, partition_index=p) for p in ps))
+                for t, ps in _by_topic(wanted).items())}
+
+        _conn, response = await self._group_request(
+            group_id, what, ApiKey.OFFSET_DELETE, lambda r: r.error_code, topics,
+            group_id=group_id)
+        if (e := _item_error(what, response.error_code)):
+            raise e
+        _raise_failures({TopicPartition(t.name, p.partition_index): e
+                         for t in response.topics for p in t.partitions
+                         if (e := _item_error(f"{what} on {t.name}-{p.partition_index}",
+                                              p.error_code))})
+
+    async def list_offsets(self, specs: Mapping[tuple[str, int], OffsetSpec], *,
+                           isolation_level: str = "read_uncommitted"
+                           ) -> dict[TopicPartition, ListOffsetsResultInfo]:
+        """ListOffsets at each partition's leader: the earliest or latest offset, the offset
+        of the record with the largest timestamp, or the first at or after a timestamp.
+        read_committed makes "latest" the last stable offset (KIP-98)."""
+        isolation = _ISOLATION_LEVELS.get(isolation_level)
+        if isolation is None:
+            raise ValueError(f"isolation_level {isolation_level!r}: read_uncommitted or "
+                             "read_committed")
+        wanted = {TopicPartition(*tp): spec for tp, spec in specs.items()}
+        leaders, failures = await self._by_leader(wanted, "list offsets of")
+        out: dict[TopicPartition, ListOffsetsResultInfo] = {}
+        for conn, topics in leaders:
+            module = request_module(conn, ApiKey.LIST_OFFSETS)
+            response = await conn.send(make_request(
+                conn, ApiKey.LIST_OFFSETS, replica_id=-1, isolation_level=isolation,
+                topics=tuple(build(module.ListOffsetsTopic, name=t, partitions=tuple(
+                    build(module.ListOffsetsPartition, partition_index=p, current_leader_epoch=-1,
+                          timestamp=wanted[TopicPartition(t, p)].timestamp, max_num_offsets=1)
+                    for p in ps)) for t, ps in topics.items())))
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if (e := _item_error(f"list offsets of {t.name}-{p.partition_index}",
+                                         p.error_code)):
+                        failures[tp] = e
+                        continue
+                    epoch = getattr(p, "leader_epoch", -1)
+                    out[tp] = ListOffsetsResultInfo(p.offset, p.timestamp,
+                                                    epoch if epoch >= 0 else None)
+        _raise_failures(failures)
+        return out
 
     # -- ACLs and SCRAM credentials --------------------------------------------------------
 
@@ -723,6 +1177,15 @@ class Admin(Blocking):
         self._loop.run(self._admin.alter_group_configs(group_id, set=set, delete=list(delete),
                                                        validate_only=validate_only))
 
+    def describe_broker_configs(self, broker_id: int | None = None) -> dict[str, ConfigEntry]:
+        return self._loop.run(self._admin.describe_broker_configs(broker_id))
+
+    def alter_broker_configs(self, broker_id: int | None = None, *,
+                             set: Mapping[str, str] | None = None, delete: Iterable[str] = (),
+                             validate_only: bool = False) -> None:
+        self._loop.run(self._admin.alter_broker_configs(broker_id, set=set, delete=list(delete),
+                                                        validate_only=validate_only))
+
     def describe_cluster(self) -> ClusterDescription:
         return self._loop.run(self._admin.describe_cluster())
 
@@ -741,6 +1204,14 @@ class Admin(Blocking):
                            ) -> dict[TopicPartition, list[ProducerState]]:
         return self._loop.run(self._admin.describe_producers(list(partitions)))
 
+    def delete_records(self, before: Mapping[tuple[str, int], int], *, partial: bool = False
+                       ) -> dict[TopicPartition, Any]:
+        return self._loop.run(self._admin.delete_records(dict(before), partial=partial))
+
+    def describe_log_dirs(self, topics: Iterable[str] | None = None
+                          ) -> dict[int, list[LogDirDescription]]:
+        return self._loop.run(self._admin.describe_log_dirs(None if topics is None else list(topics)))
+
     def abort_transaction(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                           coordinator_epoch: int) -> None:
         self._loop.run(self._admin.abort_transaction(topic, partition, producer_id, producer_epoch,
@@ -748,6 +1219,37 @@ class Admin(Blocking):
 
     def force_terminate_transaction(self, transactional_id: str) -> None:
         self._loop.run(self._admin.force_terminate_transaction(transactional_id))
+
+    def list_consumer_groups(self, *, states: Iterable[str] | None = None,
+                             types: Iterable[str] | None = None) -> list[ConsumerGroupListing]:
+        return self._loop.run(self._admin.list_consumer_groups(states=states, types=types))
+
+    def describe_consumer_groups(self, group_ids: Iterable[str]
+                                 ) -> dict[str, ConsumerGroupDescription]:
+        return self._loop.run(self._admin.describe_consumer_groups(list(group_ids)))
+
+    def list_consumer_group_offsets(self, group_id: str,
+                                    partitions: Iterable[tuple[str, int]] | None = None
+                                    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._loop.run(self._admin.list_consumer_group_offsets(
+            group_id, None if partitions is None else list(partitions)))
+
+    def alter_consumer_group_offsets(
+            self, group_id: str, offsets: Mapping[tuple[str, int], int | OffsetAndMetadata]
+    ) -> None:
+        self._loop.run(self._admin.alter_consumer_group_offsets(group_id, offsets))
+
+    def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
+        self._loop.run(self._admin.delete_consumer_groups(list(group_ids)))
+
+    def delete_consumer_group_offsets(self, group_id: str,
+                                      partitions: Iterable[tuple[str, int]]) -> None:
+        self._loop.run(self._admin.delete_consumer_group_offsets(group_id, list(partitions)))
+
+    def list_offsets(self, specs: Mapping[tuple[str, int], OffsetSpec], *,
+                     isolation_level: str = "read_uncommitted"
+                     ) -> dict[TopicPartition, ListOffsetsResultInfo]:
+        return self._loop.run(self._admin.list_offsets(specs, isolation_level=isolation_level))
 
     def create_acls(self, acls: Iterable[AclBinding]) -> None:
         self._loop.run(self._admin.create_acls(list(acls)))

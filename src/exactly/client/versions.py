@@ -26,6 +26,11 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.LIST_GROUPS: (0, 5),  # v4: states filter, v5: types filter (KIP-848)
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),  # KIP-496
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),  # KIP-848
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 5),
     ApiKey.CREATE_PARTITIONS: (0, 3),
@@ -34,6 +39,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_ACLS: (1, 3),  # v1+: pattern types
     ApiKey.CREATE_ACLS: (1, 3),

@@ -27,6 +27,11 @@ Values are unique (round, worker, sequence), so "once" and "where" are plain dic
 The broker's log after each start must hold no ERROR line and no traceback, a client error
 before the cut is a problem too (the broker was healthy then), and a cut after a clean stop must
 find nothing unsynced.
+
+A test tool (tests/server/test_power_cut.py, bench/power_cut.py), kept out of the installed
+package: it drives an unchanged client (confluent-kafka) beside this project's own on purpose,
+since invariants 1-3 must hold whichever client wrote, and confluent-kafka is needed by tests
+and benchmarks only (issue 18).
 """
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
 """Floods for fairness tests and benchmarks (issue 14, item 4): connections that pipeline one
 request as fast as the broker takes it, never waiting for answers, while a canary producer is
-timed record by record. Used by tests/server/test_fairness.py and bench/fairness.py."""
+timed record by record. Used by tests/server/test_fairness.py and bench/fairness.py.
+
+A test tool, kept out of the installed package (issue 18: confluent-kafka is needed by tests and
+benchmarks only). The canary is librdkafka on purpose: a C client whose own overhead hardly
+moves when the flooders take the CPU, so its latency measures the broker, as the figures in the
+README were measured."""
 
 from __future__ import annotations
 
