@@ -1,11 +1,16 @@
 """Throughput of confluent-kafka against Exactly's broker and librdkafka's mock cluster.
 
-Same client, same workload, side by side in one run: idempotent producer with acks=all, then a
-consumer reading everything back, for 100-byte and 1 KiB records. Exactly runs twice, with
+Same client, same workload, side by side in one run: idempotent producer with acks=all, then
+consumers reading everything back, for 100-byte and 1 KiB records. Exactly runs twice, with
 `log.flush.policy=os` (page cache) and `fsync` (acks=all waits for fsync, group commit). The mock
 keeps at most 5 MiB per partition, so the records are spread over 8 topics of 4 partitions.
 
-    .venv/bin/python bench/run.py [--quick]
+The consumers are tuned as a throughput user tunes them and run in `--consumers` processes
+(bench/measure.py): one untuned librdkafka consumer measures its own backoff, not the broker.
+Beside each of Exactly's figures, the broker's CPU seconds per GB moved (from /proc); the mock
+runs inside the benchmark's own process, so it has none.
+
+    .venv/bin/python bench/run.py [--quick] [--consumers N]
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ import argparse
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from measure import consume_in_processes, measure
 
 from exactly.testing import EmbeddedBroker
 
@@ -36,61 +43,69 @@ class Workload:
 class Result:
     msgs_per_s: float
     mb_per_s: float
+    cpu_per_gb: float | None = None  # the broker's CPU seconds per GB; None for the mock
 
 
-def _produce(bootstrap_conf: dict, topics: list[str], w: Workload) -> Result:
+def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Counter,
+             pid: int | None) -> Result:
+    """Produce the workload, timed after a warm-up; `placed` counts the records per partition
+    (the warm-up's too, which the consumers read)."""
     # librdkafka's defaults otherwise: raising linger.ms or the queue size makes its idempotent
     # producer slower against any broker, the mock included.
     producer = Producer({**bootstrap_conf, "enable.idempotence": True, "acks": "all"})
     payload = os.urandom(w.size)
     errors = []
 
-    def on_delivery(err, _msg):
+    def on_delivery(err, msg):
         if err is not None:
             errors.append(err)
+        else:
+            placed[(msg.topic(), msg.partition())] += 1
 
     # Warm up: the idempotent producer gets its producer id asynchronously, which would
     # otherwise put a fixed start-up wait into the timing.
     for topic in topics:
-        producer.produce(topic, b"warm-up")
+        producer.produce(topic, b"warm-up", on_delivery=on_delivery)
     producer.flush(30)
-    started = time.perf_counter()
-    for i in range(w.count):
-        topic = topics[i % len(topics)]
-        while True:
-            try:
-                producer.produce(topic, payload, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.001)
-    left = producer.flush(120)
-    elapsed = time.perf_counter() - started
-    if left or errors:
-        raise RuntimeError(f"produce failed: {left} undelivered, errors {errors[:3]}")
-    return Result(w.count / elapsed, w.count * w.size / elapsed / 1e6)
+
+    def send_all() -> int:
+        for i in range(w.count):
+            topic = topics[i % len(topics)]
+            while True:
+                try:
+                    producer.produce(topic, payload, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.001)
+        left = producer.flush(120)
+        if left or errors:
+            raise RuntimeError(f"produce failed: {left} undelivered, errors {errors[:3]}")
+        return w.count * w.size
+
+    mbs, wall, cpu = measure(pid, send_all)
+    return Result(w.count / wall, mbs, cpu)
 
 
 class ShortRead(RuntimeError):
     """The consumer read fewer records than were produced before its deadline."""
 
 
-def _consume(bootstrap_conf: dict, topics: list[str], w: Workload) -> Result:
-    consumer = Consumer({**bootstrap_conf, "group.id": f"bench-{time.monotonic_ns()}",
-                         "enable.auto.commit": False})
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics
-                     for p in range(PARTITIONS)])
-    got = 0
-    deadline = time.monotonic() + 120
-    expected = w.count + len(topics)  # the warm-up records too
-    while got < expected and time.monotonic() < deadline:
-        msgs = consumer.consume(10_000, 0.5)
-        got += sum(1 for m in msgs if m.error() is None)
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    if got < expected:
-        raise ShortRead(f"consumed {got} of {expected}")
-    return Result(w.count / elapsed, w.count * w.size / elapsed / 1e6)
+def _consume(conf: dict, placed: Counter, consumers: int, pid: int | None, w: Workload
+             ) -> Result:
+    """Read everything back with tuned consumer processes."""
+    expected = sum(placed.values())
+    done = consume_in_processes(conf, dict(placed), processes=consumers, broker_pid=pid)
+    if done.records < expected:
+        raise ShortRead(f"consumed {done.records} of {expected}")
+    # (The few warm-up records are read too; the figures count the workload's.)
+    return Result(w.count / done.seconds, w.count * w.size / done.seconds / 1e6, done.cpu_per_gb)
+
+
+def _run(pid: int | None, conf: dict, topics: list[str], w: Workload, consumers: int
+         ) -> tuple[Result, Result]:
+    placed: Counter = Counter()
+    produced = _produce(conf, topics, w, placed, pid)
+    return produced, _consume(conf, placed, consumers, pid, w)
 
 
 def _create_topics(bootstrap_conf: dict, topics: list[str]) -> None:
@@ -131,63 +146,70 @@ def best(runs: list[tuple[Result, ...]]) -> tuple[Result, ...]:
     return tuple(max((r[i] for r in runs), key=lambda x: x.msgs_per_s) for i in range(2)) + runs[0][2:]
 
 
-def run_mock(w: Workload) -> tuple[Result, Result]:
-    # The mock cluster lives inside this producer; the consumer connects to its listener.
+def run_mock(w: Workload, consumers: int) -> tuple[Result, Result]:
+    # The mock cluster lives inside this producer; the consumers connect to its listener.
     holder = Producer({"test.mock.num.brokers": 1})
     broker = holder.list_topics(timeout=10).brokers
     (meta,) = broker.values()
     conf = {"bootstrap.servers": f"{meta.host}:{meta.port}"}
     topics = [f"mock-{w.name}-{i}" for i in range(TOPICS)]  # auto-created, PARTITIONS each
-    produced = _produce(conf, topics, w)
     try:
-        consumed = _consume(conf, topics, w)
+        produced, consumed = _run(None, conf, topics, w, consumers)
     except ShortRead as exc:
         # The mock is a speed reference only; some runs it loses 1 KiB records (a few percent).
         print(f"# the mock's consume came up short ({exc}): its consume figure is left out",
               flush=True)
-        consumed = Result(0.0, 0.0)
+        produced, consumed = Result(0.0, 0.0), Result(0.0, 0.0)
     del holder
     return produced, consumed
 
 
-def run_exactly(w: Workload, policy: str) -> tuple[Result, Result, float]:
+def run_exactly(w: Workload, policy: str, consumers: int) -> tuple[Result, Result, float]:
     with EmbeddedBroker(settings={"log.flush.policy": policy}) as broker:
         sampler = RssSampler(broker.process.pid)
         sampler.start()
         conf = {"bootstrap.servers": broker.bootstrap}
         topics = [f"exactly-{w.name}-{i}" for i in range(TOPICS)]
         _create_topics(conf, topics)
-        produced = _produce(conf, topics, w)
-        consumed = _consume(conf, topics, w)
+        produced, consumed = _run(broker.process.pid, conf, topics, w, consumers)
         return produced, consumed, sampler.stop()
+
+
+def _cpu(r: Result) -> str:
+    return f"{r.cpu_per_gb:6.2f}" if r.cpu_per_gb is not None else "     -"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of the records")
     parser.add_argument("--repeat", type=int, default=2, help="runs per target; the best counts")
+    parser.add_argument("--consumers", type=int, default=2, help="consumer processes")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     # The mock drops data past 5 MiB per partition (its overhead included): 3 to 4 MiB each.
     workloads = [Workload("100B", 100, 900_000 // scale),
                  Workload("1KiB", 1024, 64_000 // scale)]
-    print(f"{'workload':<9} {'target':<16} {'produce msg/s':>14} {'MB/s':>7} {'ratio':>6}   "
-          f"{'consume msg/s':>14} {'MB/s':>7} {'ratio':>6}   {'peak RSS':>9}")
+    print(f"{args.consumers} consumer processes; CPU: the broker's CPU seconds per GB")
+    print(f"{'workload':<9} {'target':<16} {'produce msg/s':>14} {'MB/s':>7} {'ratio':>6} "
+          f"{'CPU':>6}   {'consume msg/s':>14} {'MB/s':>7} {'ratio':>6} {'CPU':>6}   "
+          f"{'peak RSS':>9}")
     for w in workloads:
-        mock_p, mock_c = best([run_mock(w) for _ in range(args.repeat)])
+        mock_p, mock_c = best([run_mock(w, args.consumers) for _ in range(args.repeat)])
         rows = [("librdkafka mock", mock_p, mock_c, None)]
         for policy in ("os", "fsync"):
-            runs = [run_exactly(w, policy) for _ in range(args.repeat)]
+            runs = [run_exactly(w, policy, args.consumers) for _ in range(args.repeat)]
             p, c = best(runs)[:2]
             rss = max(r[2] for r in runs)
             rows.append((f"exactly {policy}", p, c, rss))
         for target, p, c, rss in rows:
             rss_text = f"{rss:7.0f} MiB" if rss is not None else ""
-            consume_ratio = (f"{c.msgs_per_s / mock_c.msgs_per_s:>5.2f}x" if mock_c.msgs_per_s
-                             else "  n/a ")
             print(f"{w.name:<9} {target:<16} {p.msgs_per_s:>14,.0f} {p.mb_per_s:>7.1f} "
-                  f"{p.msgs_per_s / mock_p.msgs_per_s:>5.2f}x   {c.msgs_per_s:>14,.0f} "
-                  f"{c.mb_per_s:>7.1f} {consume_ratio}   {rss_text:>9}", flush=True)
+                  f"{_ratio(p, mock_p)} {_cpu(p)}   {c.msgs_per_s:>14,.0f} {c.mb_per_s:>7.1f} "
+                  f"{_ratio(c, mock_c)} {_cpu(c)}   {rss_text:>9}", flush=True)
+
+
+def _ratio(r: Result, mock: Result) -> str:
+    return f"{r.msgs_per_s / mock.msgs_per_s:>5.2f}x" if mock.msgs_per_s else "  n/a "
 
 
 if __name__ == "__main__":

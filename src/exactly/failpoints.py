@@ -57,6 +57,9 @@ CATALOGUE: dict[str, str] = {
     "txn.after_prepare": "PrepareCommit/PrepareAbort is durable, no marker written yet",
     "txn.before_markers": "an EndTxn was answered, its markers are not written yet",
     "txn.after_markers": "every marker is durable, CompleteCommit/CompleteAbort not written yet",
+    # The broker's network server (server/network.py): every request, handled, not yet encoded.
+    "network.before_encode": "a request's handler returned its answer; the answer is not yet "
+                             "encoded",
     # The broker (server/handlers/produce.py): a request in the works.
     "produce.before_append": "a Produce request is decoded and its handler started; nothing "
                              "of it is appended yet",
@@ -107,6 +110,9 @@ SKIPS: dict[str, str] = {
     # The partition log (log/partition.py).
     "log.roll.fsync_dir": "a segment roll's directory fsync: the new segment's files are not "
                           "durable until the next fsync of the partition directory",
+    # The transaction driver (server/transactions.py).
+    "txn.markers.sync": "the sync round of a transaction's markers: CompleteCommit/CompleteAbort "
+                        "is written while the markers may still be in the page cache only",
 }
 
 log = logging.getLogger(__name__)

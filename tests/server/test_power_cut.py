@@ -12,7 +12,10 @@ long run. A data directory the broker creates itself must survive a cut too.
 
 The check can fail: with the directory fsync of a segment roll left out on purpose (the fault
 point `log.roll.fsync_dir=skip`), a cut right after a roll loses exactly the acknowledged records
-of the new segment, and the check says so.
+of the new segment, and the check says so. So with the sync round of a transaction's markers
+left out (`txn.markers.sync=skip`, server/transactions.py): CompleteCommit reaches the disk with
+the next transaction's records while the markers stay in the page cache, and after the cut the
+restart takes the committed transaction's data for an orphan and aborts it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from exactly import failpoints
 from exactly.log.files import fsync_dir  # opens read-only and fsyncs: for files as well
 from exactly.testing import EmbeddedBroker
 from exactly.testing.powercut import File, PowerCutFS
-from tests.server.powercut_load import Ledger, PowerCutLoad, check, read_committed
+from tests.server.powercut_load import Ledger, PowerCutLoad, Txn, check, read_committed
 from tests.support import create_topic
 
 CUTS = 8
@@ -211,3 +214,57 @@ def test_the_check_finds_the_loss_when_the_roll_does_not_fsync_the_directory(
     env = {**os.environ, failpoints.ENV: "log.roll.fsync_dir=skip"}
     lost, last_segment = _roll_then_cut(power_cut_fs, env)
     assert last_segment and lost == last_segment
+
+
+def _commit_then_cut(fs: PowerCutFS, env: dict[str, str]) -> list[str]:
+    """Two committed transactions of one producer, five records into partition 0, then one into
+    partition 1 (whose AddPartitionsToTxn syncs the first one's CompleteCommit); kill -9, a power
+    cut, a restart. Returns what the check finds wrong."""
+    broker = EmbeddedBroker(data_dir=fs.make_durable_dir("data"),
+                            settings={"log.flush.policy": "fsync"}, env=env)
+    try:
+        broker.start()
+        create_topic(broker.bootstrap, "paid", partitions=2)
+        ledger = Ledger(created={"paid": 2})
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                             "transactional.id": "payments"})
+        producer.init_transactions(30)
+        for partition, count in ((0, 5), (1, 1)):
+            txn = Txn("payments")
+
+            def delivered(err: object, msg: Any, txn: Txn = txn) -> None:
+                assert err is None, err
+                txn.placed[msg.value()] = ("paid", msg.partition(), msg.offset())
+
+            producer.begin_transaction()
+            for i in range(count):
+                txn.values.append(f"{partition}-{i}".encode())
+                producer.produce("paid", txn.values[-1], partition=partition,
+                                 on_delivery=delivered)
+            producer.commit_transaction(30)
+            txn.outcome = "committed"
+            ledger.txns.append(txn)
+        broker.kill()
+        fs.cut()
+        broker.start()
+        return check(ledger, broker.bootstrap)
+    finally:
+        broker.close()
+
+
+def test_committed_transactions_survive_a_cut_after_their_markers(power_cut_fs: PowerCutFS
+                                                                  ) -> None:
+    assert _commit_then_cut(power_cut_fs, dict(os.environ)) == []
+
+
+def test_the_check_finds_the_loss_when_the_markers_are_not_synced(power_cut_fs: PowerCutFS
+                                                                  ) -> None:
+    # The first transaction's data and the CompleteCommit after its marker are durable, the
+    # marker is not: the restart aborts the data as an orphan. The second transaction's
+    # PrepareCommit is durable, so the restart writes its marker again and it survives.
+    env = {**os.environ, failpoints.ENV: "txn.markers.sync=skip"}
+    problems = _commit_then_cut(power_cut_fs, env)
+    assert any(p.startswith("records of a committed transaction of payments: 5 lost")
+               for p in problems), problems
+    assert "committed transaction of payments shows 0 of its 5 records" in problems, problems
+    assert len(problems) == 2, problems

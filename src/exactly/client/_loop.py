@@ -10,6 +10,9 @@ warnings are on: `python -W always` or `-X dev`). At exit the loop then cancels 
 left, waits for it, and stops: a daemon thread frozen with tasks pending is what would print
 "Task was destroyed but it is pending!". Exit waits at most `EXIT_TIMEOUT` seconds for all this.
 `with ... as x:` (or `close()`) remains the way to close at a known point.
+
+The loop is uvloop's where installed (it is a dependency except on Windows): every blocking
+call is two thread crossings, and uvloop's are the cheaper ones.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class LoopThread:
     _shared_lock = threading.Lock()
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = _new_loop()
         self._thread = threading.Thread(target=self._main, name="exactly-client-loop", daemon=True)
         self._watched: list[weakref.finalize[Any, Any]] = []  # in creation order
         self._closing: set[concurrent.futures.Future[Any]] = set()
@@ -146,6 +149,18 @@ class Blocking:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it exists (as the broker uses): a blocking call crosses to this loop
+    and back, and uvloop makes the crossings and the loop's steps cheaper (the blocking
+    client's 1-record transactions against librdkafka's mock: about 1.7x the rate on asyncio's
+    own loop, measured with bench/client_transactions.py)."""
+    try:
+        import uvloop
+    except ImportError:  # Windows: no uvloop
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def _caller() -> tuple[str, int]:

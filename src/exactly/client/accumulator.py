@@ -52,6 +52,9 @@ class RecordAccumulator:
         self.buffered = 0  # bytes reserved by the incomplete batches
         self.flushing = 0  # flush() calls waiting: every batch counts as ready
         self.transactional = False  # set on new batches (the producer writes in transactions)
+        # Transactional: partitions that got a new batch since the sender last looked (it adds
+        # them to the transaction at once; see Sender._join_transaction).
+        self.started: set[tuple[str, int]] = set()
 
     def state(self, topic: str, partition: int) -> PartitionState:
         states = self.topics.get(topic)
@@ -90,7 +93,9 @@ class RecordAccumulator:
             return None
         batch = ProducerBatch(topic, partition, self.batch_size, self.codec, self.clock(),
                               timestamp)
-        batch.transactional = self.transactional
+        if self.transactional:
+            batch.transactional = True
+            self.started.add((topic, partition))
         batch.try_append(timestamp, key, value, headers)
         # Memory is counted per batch, as Kafka's buffer pool does: batch.size (or more for a
         # larger record) from the batch's start until it is acknowledged.
@@ -101,6 +106,11 @@ class RecordAccumulator:
         st.open = batch if batch.size < self.batch_size else None
         self.wake()
         return FutureRecordMetadata(batch, 0, timestamp)
+
+    def take_started(self) -> set[tuple[str, int]]:
+        with self.lock:
+            started, self.started = self.started, set()
+        return started
 
     def states(self) -> Iterable[PartitionState]:
         for states in self.topics.values():

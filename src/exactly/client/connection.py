@@ -156,7 +156,8 @@ class BrokerConnection:
         api_key, version = int(request.__api_key__), int(request.__version__)
         correlation_id = next(self._ids)
         frame = encode_request(RequestHeader(api_key, version, correlation_id, self.client_id), request)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         if expect_response:
             self._waiting[correlation_id] = (api_key, version, future)
         self._writer.write(frame)
@@ -164,21 +165,26 @@ class BrokerConnection:
             await self._writer.drain()
         if not expect_response:
             return None
+        # A timer on the future rather than asyncio.wait_for, whose extra future and callbacks
+        # per request show in what a 1-record transaction costs (issue 19).
+        timer = loop.call_later(timeout if timeout is not None else self.request_timeout,
+                                _expire, future)
         try:
-            return await asyncio.wait_for(future, timeout if timeout is not None else self.request_timeout)
+            return await future
         except TimeoutError:
             self._waiting.pop(correlation_id, None)
             raise KafkaTimeoutError(
                 f"{api_name(api_key)} v{version} to {self.host}:{self.port} got no answer in time") from None
         except Exception:
             # A cancellation that arrives while the connection fails its waiters (as when
-            # asyncio.run cancels everything at exit) must win: Python 3.11's wait_for lets the
-            # future's error through instead, and a caller that retries connection errors would
-            # then loop forever.
+            # asyncio.run cancels everything at exit) must win: a caller that retries
+            # connection errors would otherwise loop forever.
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError from None
             raise
+        finally:
+            timer.cancel()
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
@@ -234,3 +240,9 @@ class BrokerConnection:
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, node={self.node_id})"
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    """request.timeout.ms passed: the waiting send() raises KafkaTimeoutError."""
+    if not future.done():
+        future.set_exception(TimeoutError())

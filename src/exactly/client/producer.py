@@ -414,7 +414,7 @@ class Producer(Blocking):
         self._run(self.aio.init_transactions(keep_prepared_txn))
 
     def begin_transaction(self) -> None:
-        self._run(self.aio.begin_transaction())
+        self.aio._own("begin_transaction").begin_from_thread(self._loop)
 
     def prepare_transaction(self) -> PreparedTxnState:
         return self._run(self.aio.prepare_transaction())

@@ -1,6 +1,10 @@
 """The producer's sender: ships ready batches to partition leaders, in sequence order, and
 handles the answers (retries, duplicates, fencing); one task on the event loop.
 
+A 1-record transaction costs what the protocol needs and no more (issue 19): with transaction
+version 1 the AddPartitionsToTxn of a partition leaves as soon as its first batch exists, not
+when the batch is ready (see `_join_transaction`).
+
 Like aiokafka's `Sender(client, *, txn_manager, message_accumulator, ...)`, it is given its
 collaborators by name (the cluster, the accumulator, the transaction session, the events and
 callbacks it signals the producer with) and reads nothing private of the producer.
@@ -29,6 +33,7 @@ from exactly.client.errors import (
     TransactionAbortableError,
 )
 from exactly.client.session import AsyncTransactionSession
+from exactly.client.session_state import State
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
 
@@ -116,6 +121,8 @@ class Sender:
             self._expire(now)
         if not await self._identity():
             return self.backoff
+        if self.accumulator.started:
+            await self._join_transaction()
         if now - self.cluster.metadata.fetched_at > self.metadata_max_age:
             self.metadata_stale = True
         if self.metadata_stale and now - self.metadata_tried >= self.backoff:
@@ -155,6 +162,21 @@ class Sender:
             return conn
         async with self.bootstrap_lock:  # may refresh metadata: one first use at a time
             return await self.cluster.connection(node)
+
+    async def _join_transaction(self) -> None:
+        """Transaction version 1: AddPartitionsToTxn for the partitions that just got a batch,
+        at once rather than when the batch is ready (after linger.ms, or when commit flushes):
+        the round trip then overlaps the linger and the caller's way to commit_transaction, as
+        the Java client's early AddPartitionsToTxn does. A failure is left to the batch's
+        dispatch, which asks again and fails the batch with the session's error."""
+        started = self.accumulator.take_started()
+        session = self.session
+        if session is None or session.state is not State.IN_TRANSACTION:
+            return
+        try:
+            await session.ensure_partitions(started)
+        except Exception as exc:  # noqa: BLE001 - met again, and reported, by _dispatch
+            log.debug("event=producer_early_add_partitions_failed error=%s", exc)
 
     # -- identity ---------------------------------------------------------------------------
 

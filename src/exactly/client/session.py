@@ -6,7 +6,9 @@ Producers bind to a session and write under its identity; the session begins, pr
 prepared, from its producer id and epoch, without InitProducerId (which would abort it).
 
 `AsyncTransactionSession` is the asyncio core; `TransactionSession` the blocking facade with the
-same methods, each run on the client's loop thread.
+same methods, each run on the client's loop thread, except begin_transaction when heartbeats are
+off: it sends nothing, so it runs in the caller's thread (issue 19: one thread crossing fewer per
+transaction).
 
 Transaction version 2 (KIP-890) is used when the coordinator's broker finalized
 `transaction.version` >= 2 and offers EndTxn v5 and Produce v12: the partitions of a transaction
@@ -266,10 +268,22 @@ class AsyncTransactionSession:
 
     async def begin_transaction(self) -> None:
         """Start a transaction (client-side: the coordinator learns of it with the first write)."""
-        self._machine.start("begin_transaction")
-        self._reset_transaction()
+        self._begin_locally()
         if self._heartbeat_ms and await self._offers_heartbeats():
             self._start_heartbeats()
+
+    def _begin_locally(self) -> None:
+        """begin_transaction's part that sends nothing."""
+        self._machine.start("begin_transaction")
+        self._reset_transaction()
+
+    def begin_from_thread(self, loop: LoopThread) -> None:
+        """begin_transaction for the blocking classes: with heartbeats off it sends nothing
+        and starts no task, so it runs in the caller's thread, without a trip to the loop."""
+        if self._heartbeat_ms:
+            loop.run(self.begin_transaction())
+        else:
+            self._begin_locally()
 
     async def add_partitions_to_transaction(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Make partitions part of the open transaction before writing to them (version 1:
@@ -878,7 +892,7 @@ class TransactionSession(Blocking):
         self._run(self.aio.initialize(keep_prepared_txn))
 
     def begin_transaction(self) -> None:
-        self._run(self.aio.begin_transaction())
+        self.aio.begin_from_thread(self._loop)
 
     def add_partitions_to_transaction(self, partitions: Iterable[tuple[str, int]]) -> None:
         self._run(self.aio.add_partitions_to_transaction(list(partitions)))

@@ -38,7 +38,7 @@ from exactly.log.files import fsync_dir
 from exactly.log.loader import load_producer_state, load_segments
 from exactly.log.markers import Marker, build_marker, parse_marker
 from exactly.log.producer_state import ProducerStateEntry, ProducerStateManager
-from exactly.log.segment import LogSegment, TornBatch, segment_name
+from exactly.log.segment import FileRecords, LogSegment, TornBatch, segment_name
 from exactly.log.txn_index import AbortedTxn
 from exactly.protocol.records import (
     ATTR_CONTROL,
@@ -454,17 +454,38 @@ class PartitionLog:
 
         Bytes loaded from disk are CRC-checked by the first read of them (checked_reads.py): a
         bad batch ends what is returned, and a read that starts at one raises CorruptRecordError."""
+        found = self._locate(offset, max_bytes, max_offset, min_one_batch)
+        return b"" if found is None else self._read_checked(offset, *found)
+
+    def read_records(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+                     min_one_batch: bool = True) -> tuple[bytes | FileRecords, int]:
+        """What read() returns, with the offset after its last batch (-1 when empty): the same
+        batches, as a range of the segment's file (FileRecords, for a zero-copy fetch) when every
+        byte of the range is already checked, else as bytes read and checked as read() does."""
+        found = self._locate(offset, max_bytes, max_offset, min_one_batch)
+        if found is None:
+            return b"", -1
+        seg, start, end = found
+        if any(a < end and start < b for a, b in seg.unchecked.ranges):
+            data = self._read_checked(offset, seg, start, end)
+            return data, (seg.next_offset_before(start, start + len(data)) if data else -1)
+        next_offset = seg.next_offset_before(start, end)
+        return FileRecords(seg, start, end - start, next_offset), next_offset
+
+    def _locate(self, offset: int, max_bytes: int, max_offset: int | None,
+                min_one_batch: bool) -> tuple[LogSegment, int, int] | None:
+        """The segment and file range [start, end) of what read() returns; None for nothing."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside {self.topic}-{self.partition}'s range "
                 f"[{self.log_start_offset}, {self.log_end_offset}]")
         limit = self.high_watermark if max_offset is None else min(max_offset, self.high_watermark)
         if offset >= limit:
-            return b""
+            return None
         idx = max(0, bisect_right(self._bases, offset) - 1)
         for seg in self._segments[idx:]:
             if seg.base_offset >= limit:
-                return b""
+                return None
             try:
                 found = seg.find_batch(offset)
             except TornBatch as exc:  # only in bytes from disk that no read has checked yet
@@ -473,27 +494,32 @@ class PartitionLog:
                 continue
             start, header = found
             if header.base_offset >= limit:
-                return b""
+                return None
             try:
                 end = seg.size if limit >= seg.next_offset else seg.position_of(limit)
                 if end - start > max_bytes:
                     end = seg.batch_boundary_within(start, start + max(max_bytes, 0))
                     if not min_one_batch and end - start > max_bytes:
-                        return b""
+                        return None
             except TornBatch as exc:  # serve the batches before it; a read from it fails
                 if exc.position <= start:
                     raise self._corrupt(seg, BadBatch(exc.position, offset, exc.reason)) from None
                 end = exc.position
-            data = seg.read(start, end - start)
-            if seg.unchecked:
-                try:
-                    data = data[: seg.unchecked.check(data, start, offset,
-                                                      base_offset=seg.base_offset,
-                                                      next_offset=seg.next_offset)]
-                except BadBatch as bad:
-                    raise self._corrupt(seg, bad) from None
-            return data
-        return b""
+            return seg, start, end
+        return None
+
+    def _read_checked(self, offset: int, seg: LogSegment, start: int, end: int) -> bytes:
+        """The bytes [start, end) of `seg`, cut before the first bad batch of those not checked
+        yet (CorruptRecordError when that is the first)."""
+        data = seg.read(start, end - start)
+        if seg.unchecked:
+            try:
+                data = data[: seg.unchecked.check(data, start, offset,
+                                                  base_offset=seg.base_offset,
+                                                  next_offset=seg.next_offset)]
+            except BadBatch as bad:
+                raise self._corrupt(seg, bad) from None
+        return data
 
     def _corrupt(self, seg: LogSegment, bad: BadBatch) -> CorruptRecordError:
         """Log and count a bad batch a read starts at: the error its fetch answers."""

@@ -95,6 +95,36 @@ def _pwritev_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], off
     return total
 
 
+class FileRecords:
+    """Whole stored batches of a segment, bytes [position, position + size) of its file, for a
+    fetch to send as they are (zero-copy fetch, issue 19). `len()` is their size, so kio's encoder
+    writes the right length before them; `next_offset` is the offset after the last batch.
+
+    The segment's descriptor is valid only while the event loop has not moved on (a retention or
+    DeleteRecords pass may close it): whoever sends the bytes later takes a duplicate of it first
+    (`open_duplicate`), which keeps the file, and so its bytes, even once the segment is deleted.
+    Segments are append-only below their size, so the bytes sent are those read."""
+
+    __slots__ = ("next_offset", "position", "segment", "size")
+
+    def __init__(self, segment: LogSegment, position: int, size: int, next_offset: int) -> None:
+        self.segment = segment
+        self.position = position
+        self.size = size
+        self.next_offset = next_offset
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        """The bytes themselves (the copying path)."""
+        return self.segment.read(self.position, self.size)
+
+    def open_duplicate(self) -> int:
+        """A descriptor of the segment's file of its own, for the caller to close."""
+        return os.dup(self.segment.fd)
+
+
 class LogSegment:
     """A segment file and its indexes; the partition log decides when to roll and what to append."""
 
@@ -272,6 +302,18 @@ class LogSegment:
             if header.base_offset >= offset:
                 return pos
         return self.size
+
+    def next_offset_before(self, start: int, end: int) -> int:
+        """The offset after the last batch of [start, end), a range of whole batches read from
+        `start`: from the segment's state when it ends the segment, else from the headers after
+        the last index entry before `end` (a few batches)."""
+        if end == self.size:
+            return self.next_offset
+        next_offset = -1
+        for _, header in scan_batches(self.fd, max(start, self.index.floor_position(end - 1)), end,
+                                      whole=False):
+            next_offset = header.next_offset
+        return next_offset
 
     def batch_boundary_within(self, start: int, limit: int) -> int:
         """The last batch boundary <= `limit`, at least the end of the batch at `start`."""

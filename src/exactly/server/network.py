@@ -21,6 +21,19 @@ next turn in order, at most ROUND_SECONDS of them per pass of the event loop. On
 pipelining thousands of requests cannot make the others wait for all of them, and eight such
 clients cannot make a pass of the loop long: what another client's request waits for between
 its steps (an fsync round's answer, a handler resuming) comes after at most one round.
+
+Zero-copy fetch (issue 19): on a listener without TLS, a Fetch answer's records are ranges of
+segment files (`FileRecords`). The answer is encoded by kio as any other, into a buffer that
+keeps those ranges apart (`encode_file_frame`): the framing around them (sizes, headers,
+per-partition fields) is bytes, the records stay in the files. When such a `FileFrame` reaches the
+head of the answers and the transport has nothing unsent, the connection writes it itself on a
+duplicate of the socket's descriptor, bytes with send() and ranges with os.sendfile(), waiting
+for the socket to take more when it is full; the answers after it wait their turn, and reading
+pauses meanwhile (back-pressure, as for a full write buffer). With bytes still unsent in the
+transport (which owns the socket), the frame is read from its files and written as bytes
+instead: the answers stay in order either way. A file range holds its own descriptor from the
+moment it is encoded, so a segment deleted meanwhile (retention, DeleteRecords) still sends the
+bytes that were read.
 """
 
 from __future__ import annotations
@@ -28,14 +41,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import socket
 import ssl
 import time
 from collections import deque
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kio.serial import entity_writer
+
+from exactly import failpoints
+from exactly.log.segment import FileRecords
 from exactly.protocol import framing
-from exactly.protocol.apis import SUPPORTED, ApiKey, api_name, is_supported
+from exactly.protocol.apis import SUPPORTED, ApiKey, api_name, is_supported, response_class
 from exactly.protocol.framing import MalformedRequest
 from exactly.server.auth import AuthSession, ListenerRuntime
 from exactly.server.auth.session import SaslFailure
@@ -44,6 +64,7 @@ from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers import HANDLERS
 from exactly.server.handlers.api_versions import api_versions_response
+from exactly.server.handlers.fetch import ZERO_COPY_LISTENERS
 from exactly.server.metrics import (
     connection_closed,
     connection_opened,
@@ -72,7 +93,92 @@ FRAMES_PER_TURN = 8  # requests a connection takes per turn, at most
 TURN_SECONDS = 0.0002  # and handling time per turn, at most (a costly request is one turn)
 ROUND_SECONDS = 0.001  # turns of waiting connections per pass of the event loop, at most
 
-Frame = bytes | None  # None: a request answered by no response (Produce with acks=0)
+
+
+@dataclass(slots=True)
+class FileFrame:
+    """A response frame whose parts are bytes and file ranges (fd, position, size), in order.
+    It owns the descriptors: close() once it is sent or dropped."""
+
+    parts: deque[bytes | bytearray | memoryview | tuple[int, int, int]] = field(default_factory=deque)
+    size: int = 0  # of the whole frame, as encoded
+
+    def __len__(self) -> int:
+        return self.size
+
+    def materialize(self) -> bytes:
+        """The frame as bytes, read from the files (for when it cannot be sent from them)."""
+        out = bytearray()
+        for part in self.parts:
+            if isinstance(part, tuple):
+                fd, position, size = part
+                data = os.pread(fd, size, position)
+                if len(data) != size:
+                    raise OSError(f"segment file ended {size - len(data)} bytes early")
+                out += data
+            else:
+                out += part
+        return bytes(out)
+
+    def close(self) -> None:
+        for part in self.parts:
+            if isinstance(part, tuple):
+                os.close(part[0])
+        self.parts.clear()
+
+
+Frame = bytes | FileFrame | None  # None: a request answered by no response (Produce with acks=0)
+
+
+class _SplicingBuffer:
+    """What kio's encoder writes into: bytes are gathered, a FileRecords becomes a file range of
+    the frame (kio wrote its length, from len(), just before)."""
+
+    def __init__(self, head: bytes) -> None:
+        self.frame = FileFrame()
+        self.size = 0
+        self._bytes = bytearray(head)
+
+    def write(self, data: Any) -> int:
+        if isinstance(data, FileRecords):
+            self._end_bytes()
+            # The segment's own descriptor is valid now only: the frame keeps one of its own.
+            self.frame.parts.append((data.open_duplicate(), data.position, data.size))
+            self.size += data.size
+        else:
+            self._bytes += data
+        return len(data)
+
+    def _end_bytes(self) -> None:
+        if self._bytes:
+            self.frame.parts.append(self._bytes)
+            self.size += len(self._bytes)
+            self._bytes = bytearray()
+
+    def finish(self) -> bytes | FileFrame:
+        self._end_bytes()
+        parts = self.frame.parts
+        first = parts[0]
+        assert isinstance(first, bytearray)
+        framing.SIZE.pack_into(first, 0, self.size - 4)
+        if len(parts) == 1:
+            return bytes(first)
+        self.frame.size = self.size
+        return self.frame
+
+
+def encode_file_frame(api_version: int, correlation_id: int, response: Any) -> bytes | FileFrame:
+    """A Fetch response frame, its FileRecords kept as file ranges (bytes when it has none):
+    byte for byte what framing.encode_response gives for the same records as bytes."""
+    flexible = bool(vars(response_class(ApiKey.FETCH, api_version))["__flexible__"])
+    buffer = _SplicingBuffer(b"\0\0\0\0" + framing.SIZE.pack(correlation_id)
+                             + (b"\0" if flexible else b""))  # response header v1: no tags
+    try:
+        entity_writer(type(response))(buffer, response)  # type: ignore[arg-type]  # kio calls write() only
+    except BaseException:
+        buffer.frame.close()
+        raise
+    return buffer.finish()
 
 
 class Turns:
@@ -128,6 +234,12 @@ class Connection(asyncio.BufferedProtocol):
         self._paused = False  # reading paused: too many answers waiting, or too much unsent
         self._yielding = False  # reading paused until the loop's next turn: others go first
         self._write_paused = False
+        # Fetch answers go from the segment files to the socket (zero copy) without TLS.
+        self._zero_copy = listener.name in ZERO_COPY_LISTENERS
+        # The FileFrame being sent on a duplicate of the socket (None: none is): the answers
+        # after it wait, and reading pauses while the socket is full.
+        self._sending: FileFrame | None = None
+        self._socket: socket.socket | None = None
         self._buffer = bytearray(FIRST_RECEIVE_BUFFER)
         self._have = 0  # bytes of self._buffer received and not yet taken as frames
         self._filled = False  # the last read filled the buffer: the next one gets a larger one
@@ -170,6 +282,7 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # Handlers still in the works finish; their answers have nowhere to go.
         self._closing = True
+        self._end_file_send()
         self.connections.discard(self)
         if self.admitted:
             self.admitted = False
@@ -316,7 +429,7 @@ class Connection(asyncio.BufferedProtocol):
         """Pause reading while too many answers wait, too much is unsent or too many bytes of
         requests are held; resume after."""
         full = (len(self._pending) >= MAX_IN_FLIGHT or self._write_paused
-                or self._held >= PER_CONNECTION)
+                or self._sending is not None or self._held >= PER_CONNECTION)
         if not full and self.memory.exhausted:
             full = True
             self.memory.wait(self._check_room)
@@ -342,13 +455,14 @@ class Connection(asyncio.BufferedProtocol):
         self._close_if_done()
 
     def _close_if_done(self) -> None:
-        if self._closing and not self._pending and not self.transport.is_closing():
+        if (self._closing and not self._pending and self._sending is None
+                and not self.transport.is_closing()):
             self.transport.close()
 
     @property
     def is_quiet(self) -> bool:
         """No answer waits to be computed or sent: closing it loses nothing."""
-        return not self._pending
+        return not self._pending and self._sending is None
 
     def trim(self) -> None:
         """Give the buffers back (the connection has been silent): they grow again if it talks."""
@@ -400,9 +514,7 @@ class Connection(asyncio.BufferedProtocol):
         ctx = RequestContext(self.services, api_key, api_version, correlation_id,
                              header.client_id, self.client_host, session=session,
                              principal=session.principal)
-        coro = self._run(ctx, HANDLERS[api_key], request)
-        if self._timed is not None:
-            coro = self._timed(api_key, len(frame) + 4, coro)
+        coro = self._run(ctx, HANDLERS[api_key], request, len(frame) + 4)
         try:
             waiting_on = coro.send(None)
         except StopIteration as done:
@@ -419,23 +531,36 @@ class Connection(asyncio.BufferedProtocol):
         future.add_done_callback(self._on_done)
         return True
 
-    async def _run(self, ctx: RequestContext, handler: Handler, request: Any) -> Frame:
+    async def _run(self, ctx: RequestContext, handler: Handler, request: Any,
+                   bytes_in: int) -> Frame:
+        """The request handled and its answer encoded (timed when metrics are on). A failure
+        anywhere in that closes the connection: it is logged here, the one place that sees
+        them all (the client cannot match a lost answer)."""
         try:
-            response = await handler(ctx, request)
+            handling = self._handle(ctx, handler, request)
+            if self._timed is not None:
+                handling = self._timed(ctx.api_key, bytes_in, handling)
+            return await handling
         except Exception:
-            log.exception("handler for %s v%d failed; closing connection %s",
+            log.exception("handling %s v%d failed; closing connection %s",
                           api_name(ctx.api_key), ctx.api_version, self.peer)
             raise
+
+    async def _handle(self, ctx: RequestContext, handler: Handler, request: Any) -> Frame:
+        response = await handler(ctx, request)
+        failpoints.hit("network.before_encode")
         if response is None:  # acks=0 produce: no response at all
             return None
         if self._timed is not None:  # metrics.listen: errors by API and code
             count_errors(ctx.api_key, ctx.api_version, response)
+        if ctx.api_key == ApiKey.FETCH and self._zero_copy:
+            return encode_file_frame(ctx.api_version, ctx.correlation_id, response)
         return framing.encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, response)
 
     def _answer(self, frame: Frame) -> None:
-        if not self._pending:
+        if not self._pending and self._sending is None:
             if frame is not None:
-                self.transport.write(frame)
+                self._write(frame)
             return
         ready: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         ready.set_result(frame)  # after the earlier answers, which are still in the works
@@ -445,24 +570,115 @@ class Connection(asyncio.BufferedProtocol):
         self._held -= size
         self.memory.give(size)
 
-    def _on_done(self, _future: asyncio.Future[Frame]) -> None:
+    def _on_done(self, future: asyncio.Future[Frame]) -> None:
+        if self._failed and not future.cancelled() and future.exception() is None:
+            _drop(future.result())  # no longer queued: the connection failed
         self._write_ready()
         self._check_room()
         self._close_if_done()
 
     def _write_ready(self) -> None:
         """Write the answers at the head of the queue that are done, in order."""
-        while self._pending and self._pending[0].done():
+        while self._pending and self._pending[0].done() and self._sending is None:
             future = self._pending.popleft()
             if future.cancelled() or future.exception() is not None:
                 # The handler failed (logged by _run): close, as the answer can never come.
                 self._failed = self._closing = True
+                for rest in self._pending:  # answers done but never to be sent: their files
+                    if rest.done() and not rest.cancelled() and rest.exception() is None:
+                        _drop(rest.result())
                 self._pending.clear()
                 self.transport.abort()
                 return
             frame = future.result()
-            if frame is not None and not self.transport.is_closing():
-                self.transport.write(frame)
+            if frame is not None:
+                self._write(frame)
+
+    def _write(self, frame: bytes | FileFrame) -> None:
+        """Send one answer: bytes through the transport; a FileFrame from its files when
+        nothing is unsent before it, else through the transport as bytes."""
+        if self.transport.is_closing():
+            _drop(frame)
+            return
+        if isinstance(frame, bytes):
+            self.transport.write(frame)
+            return
+        if self.transport.get_write_buffer_size():
+            try:
+                data = frame.materialize()
+            except OSError as exc:
+                self._file_send_failed(exc)
+                return
+            finally:
+                frame.close()
+            self.transport.write(data)
+            return
+        fd = self.transport.get_extra_info("socket").fileno()
+        self._socket = socket.socket(fileno=os.dup(fd))
+        self._socket.setblocking(False)
+        self._sending = frame
+        self._send_file_frame()
+
+    def _send_file_frame(self, resumed: bool = False) -> None:
+        """Send what the socket takes of the FileFrame being sent; when it is full, go on once
+        it takes more (`resumed`: called back then). Once the frame is out, the answers after
+        it follow."""
+        frame, sock = self._sending, self._socket
+        assert frame is not None and sock is not None
+        parts = frame.parts
+        try:
+            while parts:
+                part = parts[0]
+                if isinstance(part, tuple):
+                    fd, position, size = part
+                    sent = os.sendfile(sock.fileno(), fd, position, size)
+                    if sent == 0:
+                        raise OSError(f"segment file ended {size} bytes early")
+                    if sent < size:
+                        parts[0] = (fd, position + sent, size - sent)
+                        continue
+                    os.close(fd)
+                else:
+                    # MSG_MORE: the framing goes out with the records that follow it.
+                    sent = sock.send(part, socket.MSG_MORE if len(parts) > 1 else 0)
+                    if sent < len(part):
+                        parts[0] = memoryview(part)[sent:]
+                        continue
+                parts.popleft()
+        except BlockingIOError:
+            asyncio.get_running_loop().add_writer(sock.fileno(), self._send_file_frame, True)
+            return
+        except OSError as exc:
+            self._file_send_failed(exc)
+            return
+        self._end_file_send()
+        if resumed:  # else the caller goes on with the answers after it
+            self._write_ready()
+            self._check_room()
+            self._close_if_done()
+
+    def _file_send_failed(self, exc: OSError) -> None:
+        """A file frame could not be sent whole: the client cannot use the rest of the
+        connection's bytes, so it is closed."""
+        if not self._closing:
+            log.warning("closing connection %s: sending a fetch answer failed: %s", self.peer, exc)
+        self._end_file_send()
+        self._failed = self._closing = True
+        for future in self._pending:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                _drop(future.result())
+        self._pending.clear()
+        self.transport.abort()
+
+    def _end_file_send(self) -> None:
+        """Forget the file frame being sent, if any: its descriptors and the socket's duplicate."""
+        if self._sending is not None:
+            self._sending.close()
+            self._sending = None
+        if self._socket is not None:
+            asyncio.get_running_loop().remove_writer(self._socket.fileno())
+            self._socket.close()
+            self._socket = None
 
     def _raw_sasl_token(self, frame: bytes | memoryview) -> bool:
         """After SaslHandshake v0, the SASL tokens come unwrapped, size-prefixed (as old Kafka
@@ -478,6 +694,12 @@ class Connection(asyncio.BufferedProtocol):
 
     def _malformed(self, reason: str) -> None:
         log.warning("closing connection %s: malformed request: %s", self.peer, reason)
+
+
+def _drop(frame: Frame) -> None:
+    """An answer that will not be sent: a FileFrame gives its descriptors back."""
+    if isinstance(frame, FileFrame):
+        frame.close()
 
 
 async def _resume_handler(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> Frame:

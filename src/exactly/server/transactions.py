@@ -8,6 +8,27 @@ then a marker goes into every partition of the transaction (and pending transact
 the transaction recorded complete. Markers that come from elsewhere (WriteTxnMarkers) take the
 same path, and so do the aborts of orphaned transactions found on start.
 
+Under `log.flush.policy=fsync` the order is one of sync rounds (server/appends.py), each of
+which ends before the next record is appended at all, since the page cache may write back any
+written page at any moment and only a completed sync orders anything:
+
+1. PrepareX durable (the EndTxn answer waits for it): from here a restart rolls the outcome
+   forward, so a marker on disk can never meet a coordinator that would decide otherwise.
+2. The markers, in every partition of the transaction and `__consumer_offsets`: one round over
+   all their files, synced in parallel (a round costs about one sync, however many partitions).
+3. CompleteX, appended only after that round: on disk without its markers, it would let a
+   restart take the partitions' open data for an orphan and abort a committed transaction (the
+   power-cut test shows it with the round left out, fault point `txn.markers.sync=skip`).
+   CompleteX itself is not waited for: the next record of the id, in the same file, is
+   appended after it and synced with it (an AddPartitionsToTxn, a Produce that adds a
+   partition, an EndTxn), and until then the durable PrepareX rolls forward to the same end.
+
+So a 1-partition transaction of an older client (AddPartitionsToTxn, Produce, EndTxn) syncs four
+times, three of them on its answers' path (its Ongoing record, its data, PrepareX) and the
+markers' round while the client turns around; every one of those answers promises what it
+acknowledged is on disk, so none of the three can be left for a later round. Concurrent
+transactions share rounds, coordinator records and data alike.
+
 EndTxn is answered once the decision is durable, as in Apache Kafka: the outcome is fixed from
 then on (a restart rolls it forward), and the markers follow in a task of their own, which the
 driver owns. While a transaction's markers are being written, requests for its transactional id
@@ -18,7 +39,8 @@ The driver also holds the produce side of KIP-890 (`verify_write`): a transactio
 only into a partition of its producer's ongoing transaction, added implicitly by a transaction
 version 2 client, or verified with the coordinator for an older one.
 
-Fault points (exactly.failpoints): txn.after_prepare, txn.before_markers, txn.after_markers.
+Fault points (exactly.failpoints): txn.after_prepare, txn.before_markers, txn.after_markers;
+txn.markers.sync (skip).
 """
 
 from __future__ import annotations
@@ -56,6 +78,7 @@ class TransactionDriver:
         # Transactional id -> set once its markers are written.
         self._markers_in_progress: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()  # markers after an EndTxn answer
+        self._added: set[PartitionLog] = set()  # transaction logs owed a sync (verify_write)
 
     # -- waiting for markers ----------------------------------------------------------------
 
@@ -86,14 +109,23 @@ class TransactionDriver:
                 transactional_id, producer_id, producer_epoch, [tp], now_ms=self.clock(),
                 client_transaction_version=2)[tp]
             if error == ErrorCode.none:
-                # The coordinator must know the partition before its data can be on disk, or a
-                # power cut could leave data of a transaction nobody will end.
-                self.appends.sync_now(self.coordinator.log_for(transactional_id))
+                # Synced by `sync_added_partitions`, before the data is appended.
+                self._added.add(self.coordinator.log_for(transactional_id))
             return error
         if self.verification_enabled:
             return self.coordinator.verify_partitions(transactional_id, producer_id,
                                                       producer_epoch, [tp])[tp]
         return ErrorCode.none
+
+    def sync_added_partitions(self) -> None:
+        """Make durable the partitions `verify_write` added since the last call (a blocking sync
+        of their transaction logs under the fsync policy), before their data is appended: the
+        coordinator must know a partition before its data can be on disk, or a power cut could
+        leave data of a transaction nobody will end. A Produce request calls it once, after
+        checking all its partitions: one sync for all the partitions it adds."""
+        added, self._added = self._added, set()
+        for plog in added:
+            self.appends.sync_now(plog)
 
     # -- finishing transactions ---------------------------------------------------------------
 
@@ -209,7 +241,8 @@ class TransactionDriver:
                                         commit=markers.commit,
                                         coordinator_epoch=markers.coordinator_epoch,
                                         partitions=markers.partitions)
-        await self.appends.sync(written)
+        if not failpoints.skip("txn.markers.sync"):  # a test's way to break step 3's order
+            await self.appends.sync(written)
         failpoints.hit("txn.after_markers")
         result = self.coordinator.markers_written(markers.transactional_id, self.clock())
         log.debug("transaction %r of producer %d epoch %d %s in %d partition(s)",

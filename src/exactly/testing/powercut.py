@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -217,6 +218,9 @@ class PowerCutOperations:
         self._fsyncs = 1  # numbers the captures (File.apply)
         self.stats = {"cuts": 0, "file_fsyncs": 0, "dir_fsyncs": 0, "bytes_written": 0,
                       "bytes_synced": 0}
+        # File fsyncs by the name of the file's directory (a partition's, for a broker's data):
+        # how a test counts the syncs a broker makes per log.
+        self.file_fsyncs_by_dir: Counter[str] = Counter()
 
     def _new_ino(self) -> int:
         ino = self._next_ino
@@ -363,6 +367,8 @@ class PowerCutOperations:
                 assert isinstance(capture, FileCapture)
                 self.stats["bytes_synced"] += node.apply(number, capture)
                 self.stats["file_fsyncs"] += 1
+                if path is not None:
+                    self.file_fsyncs_by_dir[os.path.basename(os.path.dirname(path))] += 1
             else:
                 assert not isinstance(capture, FileCapture)
                 node.apply(number, capture)
@@ -478,11 +484,16 @@ class PowerCutOperations:
         with self._lock:
             return dict(self.stats)
 
+    def snapshot_syncs(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.file_fsyncs_by_dir)
+
 
 # -- the process: FUSE in the foreground, the control socket in a thread ---------------------------
 
 def _serve_control(ops: PowerCutOperations, path: Path) -> None:
-    """Answer `ping`, `stats` and `cut`, one line each, on the Unix socket at `path`."""
+    """Answer `ping`, `stats`, `syncs` and `cut`, one line each, on the Unix socket at
+    `path`."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -499,12 +510,14 @@ def _serve_control(ops: PowerCutOperations, path: Path) -> None:
                         answer: dict[str, Any] = {"ok": True}
                     elif command == "stats":
                         answer = {"ok": True, **ops.snapshot_stats()}
+                    elif command == "syncs":
+                        answer = {"ok": True, "by_dir": ops.snapshot_syncs()}
                     elif command == "cut":
                         answer = {"ok": True, **ops.cut()}
                         log.warning("power cut: %s", answer)
                     else:
                         answer = {"ok": False, "error": f"unknown command {command!r}; "
-                                                        "use ping, stats or cut"}
+                                                        "use ping, stats, syncs or cut"}
                     stream.write(json.dumps(answer).encode() + b"\n")
                     stream.flush()
 
@@ -592,6 +605,11 @@ class PowerCutFS:
 
     def stats(self) -> dict[str, int]:
         return self._command("stats")
+
+    def file_fsyncs_by_dir(self) -> dict[str, int]:
+        """File fsyncs so far by the name of the file's directory (`__transaction_state-3`)."""
+        by_dir: dict[str, int] = self._command("syncs")["by_dir"]
+        return by_dir
 
     def make_durable_dir(self, name: str) -> Path:
         """Create the directory `name` under the mount point and make its entry durable (what an

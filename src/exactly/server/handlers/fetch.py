@@ -24,6 +24,11 @@ Kafka's `replica.fetch.response.max.bytes` is not a key here: it is the max_byte
 fetcher sends, and a single node has no followers; a replica's Fetch is capped by fetch.max.bytes
 like any other, as in Kafka.
 
+Zero copy (issue 19): on listeners without TLS (ZERO_COPY_LISTENERS) a partition's records are a
+`FileRecords`, a range of a segment file, which the connection sends with sendfile, batches as
+stored (network.py); on TLS listeners they are bytes read from the file, as before. Both give
+the same bytes on the wire.
+
 Fetch sessions (KIP-227) are declined: the answer always carries session id 0, which tells the
 client to keep sending full fetch requests, as Kafka allows.
 """
@@ -37,9 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from exactly.log import PartitionLog
 from exactly.log.errors import LogError
+from exactly.log.segment import FileRecords
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
-from exactly.protocol.records import iter_batches
 from exactly.server.acl.model import Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE, partition_log, topic_of, unknown_topic_error
@@ -50,6 +55,10 @@ if TYPE_CHECKING:
     from exactly.protocol.requests import FetchRequest
 
 READ_COMMITTED = 1
+# Listeners whose sockets carry the bytes as they are, so records can go from file to socket.
+ZERO_COPY_LISTENERS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
+
+Records = bytes | FileRecords
 
 
 @dataclass(slots=True)
@@ -71,9 +80,9 @@ class _Pass:
 
     responses: tuple[Any, ...]
     size: int
-    # Per partition read: (records returned, fetch offset, bound it was read below, its
-    # partition_max_bytes).
-    reads: list[tuple[bytes, int, int, int]]
+    # Per partition read: (size of the records returned, offset after them (-1: none), fetch
+    # offset, bound it was read below, its partition_max_bytes).
+    reads: list[tuple[int, int, int, int, int]]
     read_failed: bool
 
     def available(self) -> int:
@@ -81,9 +90,9 @@ class _Pass:
         below its bound than it returned counts as its partition_max_bytes (what waiting could
         never add to)."""
         counted = 0
-        for records, offset, bound, max_bytes in self.reads:
-            more = (_next_offset(records) if records else offset) < bound
-            counted += max(len(records), max_bytes) if more else len(records)
+        for size, next_offset, offset, bound, max_bytes in self.reads:
+            more = (next_offset if size else offset) < bound
+            counted += max(size, max_bytes) if more else size
         return counted
 
 
@@ -135,24 +144,10 @@ def _replica_id(request: FetchRequest) -> int:
     return int(replica_id)
 
 
-def _next_offset(records: bytes) -> int:
-    """The offset after the last batch of `records` (whole batches, as the log returns them);
-    -1 for none."""
-    last = None
-    for last in iter_batches(records):
-        pass
-    return -1 if last is None else last.next_offset
-
-
 def _aborted(ctx: RequestContext, plog: PartitionLog, offset: int, bound: int,
-             records: bytes) -> tuple[Any, ...]:
-    """The aborted transactions with records in the returned range [offset, after `records`).
-    The range's end costs a walk over the returned batches' headers, so it is found only when
-    some transaction below the bound was aborted at all."""
+             end: int) -> tuple[Any, ...]:
+    """The aborted transactions with records in the returned range [offset, end)."""
     found = plog.aborted_transactions(offset, bound)
-    if not found:
-        return ()
-    end = _next_offset(records)
     return tuple(ctx.nested("AbortedTransaction", producer_id=pid, first_offset=first)
                  for pid, first in found if first < end)
 
@@ -164,10 +159,11 @@ def _read(ctx: RequestContext, request: FetchRequest, wanted: list[_Topic], max_
     read_failed = False
     responses = []
     committed = request.isolation_level == READ_COMMITTED
+    files = ctx.session.listener.name in ZERO_COPY_LISTENERS
     for _topic, name, topic_id, parts in wanted:
         partitions = []
         for w in parts:
-            records = b""
+            records: Records = b""
             aborted: tuple[Any, ...] | None = () if committed else None
             error = w.error
             hwm = lso = start = -1
@@ -178,15 +174,18 @@ def _read(ctx: RequestContext, request: FetchRequest, wanted: list[_Topic], max_
                 try:
                     # KIP-74: only the answer's first batch may exceed the limits. Every partition
                     # is read even with nothing left, so an out-of-range offset is still reported.
-                    records = bytes(plog.read(w.offset, max(0, min(w.max_bytes, left)),
-                                              max_offset=bound, min_one_batch=size == 0))
+                    records, next_offset = plog.read_records(
+                        w.offset, max(0, min(w.max_bytes, left)), max_offset=bound,
+                        min_one_batch=size == 0)
                 except LogError as exc:
                     error = exc.error_code
                     read_failed = True
                 else:
-                    reads.append((records, w.offset, bound, w.max_bytes))
-                if committed and records:
-                    aborted = _aborted(ctx, plog, w.offset, bound, records)
+                    if not files and isinstance(records, FileRecords):
+                        records = records.read()
+                    reads.append((len(records), next_offset, w.offset, bound, w.max_bytes))
+                    if committed and records:
+                        aborted = _aborted(ctx, plog, w.offset, bound, next_offset)
             size += len(records)
             left = max(0, left - len(records))
             partitions.append(ctx.nested(

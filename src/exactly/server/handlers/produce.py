@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exactly.produce")
 
+# A partition of the request, checked: index, error, message, its log, its records.
+_Checked = tuple[int, ErrorCode, str | None, PartitionLog | None, bytes | None]
+
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes | None:
     await failpoints.hit_async("produce.before_append")
@@ -46,16 +49,17 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
     txn_denied = ctx.authorizing and _transactional(request) and (
         txn_id is None
         or not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id))
+    # Every partition is checked before any is appended: the partitions a transaction version 2
+    # request adds to its transaction are then made durable by one sync, not one each.
+    checked: list[tuple[str | None, uuid.UUID | None, list[_Checked]]] = []
     for topic in request.topic_data:
         info, name, topic_id = topic_of(ctx, topic)
         denied = txn_denied or (name is not None and not ctx.authorize(
             Operation.WRITE, ResourceType.TOPIC, name))
-        partitions: list[fast_responses.ProducedPartition] = []
+        parts: list[_Checked] = []
         for pdata in topic.partition_data:
             error, message = ErrorCode.none, None
-            record_errors: tuple[tuple[int, str | None], ...] = ()
-            base_offset, log_start = -1, -1
-            records = pdata.records
+            records: bytes | None = pdata.records
             plog = partition_log(ctx, info, pdata.index)
             if txn_denied:
                 error = ErrorCode.transactional_id_authorization_failed
@@ -69,6 +73,14 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
                 error, message = ErrorCode.invalid_record, "empty or null record set"
             else:
                 error, message = _check_transaction(ctx, request, plog, records)
+            parts.append((pdata.index, error, message, plog, records))
+        checked.append((name, topic_id, parts))
+    services.transactions.sync_added_partitions()
+    for name, topic_id, parts in checked:
+        partitions: list[fast_responses.ProducedPartition] = []
+        for index, error, message, plog, records in parts:
+            record_errors: tuple[tuple[int, str | None], ...] = ()
+            base_offset, log_start = -1, -1
             if error == ErrorCode.none and plog is not None and records:
                 try:
                     result = plog.append(records, now_ms=services.clock(), from_client=True)
@@ -78,17 +90,17 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
                         record_errors = exc.record_errors
                     if isinstance(exc, StorageError):  # a full or failing disk
                         services.logs.storage_errors += 1
-                        log.error("produce to %s-%d failed: %s %s", name, pdata.index,
+                        log.error("produce to %s-%d failed: %s %s", name, index,
                                   error_name(error), message)
                     else:
-                        log.info("produce to %s-%d refused: %s %s", name, pdata.index,
+                        log.info("produce to %s-%d refused: %s %s", name, index,
                                  error_name(error), message)
                 else:
                     base_offset, log_start = result.base_offset, result.log_start_offset
                     written.append(plog)  # a duplicate's original may still be awaiting its fsync
                     if not result.duplicate:
                         services.appends.notify_append(plog)
-            partitions.append((pdata.index, error, base_offset, log_start, message,
+            partitions.append((index, error, base_offset, log_start, message,
                                record_errors))
         topic_responses.append((name or "", topic_id, partitions))
     if acks == -1 and written:

@@ -1,0 +1,114 @@
+"""What the benchmarks share: the broker's CPU seconds from /proc, and consumers tuned as a
+throughput user tunes them, run in several processes where one process is the limit.
+
+CPU seconds (utime + stime of the broker process, all its threads) are a fair measure on a loaded,
+shared machine, where wall time is not; per GB moved they say what the broker spends, apart from
+what the clients spend.
+
+librdkafka's default consumer backs off for a second whenever its local queue is full
+(`fetch.queue.backoff.ms` 1000), so an untuned consumer measures that backoff, not the broker;
+the settings below keep it fetching.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# Consumers tuned for throughput (librdkafka's names).
+TUNED_CONSUMER = {
+    "fetch.queue.backoff.ms": 10,
+    "fetch.max.bytes": 52_428_800,
+    "max.partition.fetch.bytes": 10_485_760,
+    "queued.max.messages.kbytes": 1_048_576,
+    "fetch.wait.max.ms": 100,
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def measure(pid: int | None, work: Callable[[], int]) -> tuple[float, float, float | None]:
+    """(MB/s wall, seconds, broker CPU seconds per GB or None without a pid) of `work`, which
+    returns the bytes it moved."""
+    before, started = (cpu_seconds(pid) if pid else 0.0), time.monotonic()
+    moved = work()
+    wall = time.monotonic() - started
+    per_gb = (cpu_seconds(pid) - before) / (moved / 1e9) if pid else None
+    return moved / 1e6 / wall, wall, per_gb
+
+
+def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolation: str,
+             count: int, ready: Any, go: Any, out: Any) -> None:
+    """One consumer process: connect, say it is ready, and at `go` read `count` records of
+    `assignment` from the beginning."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({**client, **TUNED_CONSUMER, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": isolation})
+    consumer.list_topics(timeout=30)  # connected
+    ready.put(None)
+    go.wait()
+    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in assignment])
+    got = size = 0
+    deadline = time.monotonic() + 300
+    while got < count and time.monotonic() < deadline:
+        # consume() waits until it has that many or the timeout: never ask for more than is left
+        for m in consumer.consume(min(10_000, count - got), 0.5):
+            if m.error() is None:
+                got += 1
+                size += len(m.value() or b"")
+    out.put((got, size, time.monotonic()))
+    consumer.close()
+
+
+@dataclass(frozen=True)
+class Consumed:
+    records: int
+    bytes: int
+    seconds: float  # from the start signal to the last process done
+    cpu_per_gb: float | None  # the broker's, when its pid was given
+
+
+def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], int], *,
+                         isolation: str = "read_uncommitted", processes: int = 2,
+                         broker_pid: int | None = None) -> Consumed:
+    """Read every record of the partitions in `counts` (partition -> records in it) with
+    `processes` tuned consumer processes, the partitions dealt out among them. Timed (and the
+    broker's CPU counted) from when every process is connected to when the last is done, so
+    process start-up is not in the figure. Fewer records than counted (a deadline of 300 s)
+    come back as they are: the caller decides whether a short read is an error."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    parts: Sequence[tuple[str, int]] = sorted(counts)
+    n = max(1, min(processes, len(parts)))
+    procs = []
+    for i in range(n):
+        mine = [tp for j, tp in enumerate(parts) if j % n == i]
+        procs.append(ctx.Process(target=_consume, args=(
+            client, mine, isolation, sum(counts[tp] for tp in mine), ready, go, out)))
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    cpu_before = cpu_seconds(broker_pid) if broker_pid else 0.0
+    started = time.monotonic()
+    go.set()
+    results = [out.get(timeout=600) for _ in procs]
+    cpu = cpu_seconds(broker_pid) - cpu_before if broker_pid else None
+    for p in procs:
+        p.join()
+    moved = sum(r[1] for r in results)
+    return Consumed(sum(r[0] for r in results), moved, max(r[2] for r in results) - started,
+                    None if cpu is None else cpu / (moved / 1e9))
