@@ -20,18 +20,39 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
+import logging
 import sys
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Self, TypeVar
 
 T = TypeVar("T")
 CloseCall = Callable[[], Coroutine[Any, Any, Any]]
 
 EXIT_TIMEOUT = 5.0  # seconds the interpreter's exit waits for unclosed clients to close
+CLOSE_TIMEOUT_S = 30.0  # how long a consumer's close() says goodbye at most: Kafka's default
+
+log = logging.getLogger("exactly.client")
+
+
+@contextlib.asynccontextmanager
+async def bounded_close(what: str, timeout: float | None) -> AsyncIterator[None]:
+    """The goodbyes of a close() (last commits or acknowledgements, leaving the group), cut off
+    after `timeout` seconds with a warning, as Kafka's close(Duration): a broker that does not
+    answer must not hold the application up. None: no bound."""
+    bound = asyncio.timeout(timeout)
+    try:
+        async with bound:
+            yield
+    except TimeoutError:
+        if not bound.expired():
+            raise  # a timeout of the goodbyes' own, not the bound
+        log.warning("event=close_timed_out client=%r timeout_s=%s: the %s closed without "
+                    "finishing its goodbyes", what, timeout, what)
 
 
 class LoopThread:

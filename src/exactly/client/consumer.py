@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Self
 
-from exactly.client._loop import Blocking, LoopThread
+from exactly.client._loop import CLOSE_TIMEOUT_S, Blocking, LoopThread, bounded_close
 from exactly.client.cluster import Cluster
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.errors import IllegalStateError, KafkaError
@@ -273,21 +273,24 @@ class AsyncConsumer:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
 
-    async def close(self) -> None:
-        """Commit (with enable.auto.commit), leave the group, close the connections."""
+    async def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
+        """Commit (with enable.auto.commit), leave the group, close the connections. The
+        goodbyes take at most `timeout` seconds (None: no bound), as Kafka's close(Duration):
+        a broker that does not answer does not hold the application up."""
         if self._closed:
             return
         self._closed = True
         try:
-            if self._commit_task is not None:
-                await asyncio.gather(self._commit_task, return_exceptions=True)
-            if self._auto_commit and self._membership is None and self._fetcher.states:
-                try:
-                    await self._send_commit(self._consumed(self._fetcher.states))
-                except KafkaError as exc:
-                    log.warning("event=commit_on_close_failed error=%s", exc)
-            if self._membership is not None:
-                await self._membership.leave()  # commits on revoke with enable.auto.commit
+            async with bounded_close("consumer", timeout):
+                if self._commit_task is not None:
+                    await asyncio.gather(self._commit_task, return_exceptions=True)
+                if self._auto_commit and self._membership is None and self._fetcher.states:
+                    try:
+                        await self._send_commit(self._consumed(self._fetcher.states))
+                    except KafkaError as exc:
+                        log.warning("event=commit_on_close_failed error=%s", exc)
+                if self._membership is not None:
+                    await self._membership.leave()  # commits on revoke with enable.auto.commit
         finally:
             await self._fetcher.close()
             if self._coordinator is not None:
@@ -384,5 +387,5 @@ class Consumer(Blocking):
     def group_metadata(self) -> ConsumerGroupMetadata:
         return self._run(self._call(self._consumer.group_metadata))  # type: ignore[no-any-return]
 
-    def close(self) -> None:
-        self._close(self._consumer.close())
+    def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
+        self._close(self._consumer.close(timeout))

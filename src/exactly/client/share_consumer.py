@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, Self
 
-from exactly.client._loop import Blocking, LoopThread
+from exactly.client._loop import CLOSE_TIMEOUT_S, Blocking, LoopThread, bounded_close
 from exactly.client.cluster import Cluster, make_request, request_module
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.errors import (
@@ -709,23 +709,25 @@ class AsyncShareConsumer:
         if self._closed:
             raise IllegalStateError("the share consumer is closed")
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
         """Send the acknowledgements (implicit mode: the last poll's records are accepted;
         explicit mode: records not acknowledged are released), close the share sessions and
-        leave the group."""
+        leave the group, in at most `timeout` seconds (None: no bound), as Kafka's
+        close(Duration); what was not acknowledged by then comes back when its lock expires."""
         if self._closed:
             return
         self._closed = True
         try:
-            if self._async_commits:
-                await asyncio.gather(*self._async_commits, return_exceptions=True)
-            self._settle("close()")
-            with contextlib.suppress(KafkaError):
-                await self._send_pending()
-            for session in self._leaders.values():
-                if session.epoch != _NEW_SESSION:
-                    await self._close_session(session)
-            await self._membership.leave()
+            async with bounded_close("share consumer", timeout):
+                if self._async_commits:
+                    await asyncio.gather(*self._async_commits, return_exceptions=True)
+                self._settle("close()")
+                with contextlib.suppress(KafkaError):
+                    await self._send_pending()
+                for session in self._leaders.values():
+                    if session.epoch != _NEW_SESSION:
+                        await self._close_session(session)
+                await self._membership.leave()
         finally:
             await self._coordinator.close()
             await self._cluster.close()
@@ -801,5 +803,5 @@ class ShareConsumer(Blocking):
             getattr(session, "aio", session),
             {tp: list(offsets) for tp, offsets in acknowledgments.items()}, type))
 
-    def close(self) -> None:
-        self._close(self._consumer.close())
+    def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
+        self._close(self._consumer.close(timeout))
