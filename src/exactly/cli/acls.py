@@ -11,11 +11,9 @@ import click
 
 from exactly.cli.common import (
     admin_call,
-    bootstrap_option,
-    command_config_option,
+    connection_options,
     open_admin,
     print_table,
-    timeout_option,
 )
 from exactly.client.admin import (
     AclBinding,
@@ -123,9 +121,7 @@ def acls() -> None:
 
 
 @acls.command()
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @principal_options
 @resource_options
 @_pattern_option("literal", ["literal", "prefixed"])
@@ -154,9 +150,7 @@ def add(bootstrap: str, command_config: str | None, timeout_ms: int, allow_princ
 
 
 @acls.command("list")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @resource_options
 @click.option("--principal", default=None, metavar="User:NAME", help="Only this principal's ACLs.")
 @_pattern_option("any", ["any", "match", "literal", "prefixed"])
@@ -178,9 +172,7 @@ def list_(bootstrap: str, command_config: str | None, timeout_ms: int, topics: t
 
 
 @acls.command()
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @principal_options
 @resource_options
 @_pattern_option("literal", ["any", "match", "literal", "prefixed"])

@@ -143,6 +143,12 @@ command_config_option = click.option(
     "sasl.username, sasl.password or sasl.jaas.config, ...), as Kafka's tools take.",
 )
 
+def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--bootstrap-server`, `--command-config` and `--timeout`: what every command that talks to
+    the broker takes, in this order in its help."""
+    return bootstrap_option(command_config_option(timeout_option(func)))
+
+
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 

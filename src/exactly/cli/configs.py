@@ -19,11 +19,9 @@ import click
 
 from exactly.cli.common import (
     admin_call,
-    bootstrap_option,
-    command_config_option,
+    connection_options,
     fail,
     open_admin,
-    timeout_option,
 )
 
 ENTITY_TYPES = ("topics", "brokers", "groups")
@@ -196,9 +194,7 @@ def _line(entry: Any) -> str:
               help="Configs to remove (back to their default), comma-separated.")
 @click.option("--all", "describe_all", is_flag=True,
               help="With --describe: every config, defaults included, not only the dynamic ones.")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 def configs(describe: bool, alter: bool, entity_type: str | None, entity_name: str | None,
             entity_default: bool, topic: str | None, broker: str | None, group: str | None,
             broker_defaults: bool, add_config: str | None, add_config_file: str | None,

@@ -18,12 +18,10 @@ import click
 
 from exactly.cli.common import (
     admin_call,
-    bootstrap_option,
-    command_config_option,
+    connection_options,
     fail,
     open_admin,
     print_table,
-    timeout_option,
 )
 
 if TYPE_CHECKING:
@@ -42,9 +40,7 @@ def _flag(name: str) -> str:
 
 
 @click.command("consumer-groups")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--list", "list_", is_flag=True, help="List the consumer groups.")
 @click.option("--describe", is_flag=True,
               help="Describe groups: offsets and lag (the default), --members or --state.")

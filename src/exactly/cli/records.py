@@ -14,11 +14,9 @@ import click
 
 from exactly.cli.common import (
     admin_call,
-    bootstrap_option,
-    command_config_option,
+    connection_options,
     fail,
     open_admin,
-    timeout_option,
 )
 
 
@@ -56,9 +54,7 @@ def read_offset_json(path: str) -> dict[tuple[str, int], int]:
               metavar="FILE", help='Which partitions to cut and where: {"partitions": [{"topic": '
               '"t", "partition": 0, "offset": 10}], "version": 1}; offset -1 is the high '
               "watermark.")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 def delete_records(offset_json_file: str, bootstrap: str, command_config: str | None,
                    timeout_ms: int) -> None:
     """Delete the records before the given offsets (the log start offset moves up), as
@@ -98,9 +94,7 @@ def _ids(text: str | None, option: str) -> list[str] | None:
               help="Only these topics' partitions (default: all).")
 @click.option("--broker-list", default=None, metavar="ID1,ID2",
               help="Only these brokers (default: all).")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 def log_dirs(describe: bool, topic_list: str | None, broker_list: str | None, bootstrap: str,
              command_config: str | None, timeout_ms: int) -> None:
     """Print each broker's log directories with their partitions' sizes as JSON, as

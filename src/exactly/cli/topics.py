@@ -14,12 +14,10 @@ import click
 
 from exactly.cli.common import (
     admin_call,
-    bootstrap_option,
-    command_config_option,
+    connection_options,
     fail,
     open_admin,
     parse_pairs,
-    timeout_option,
     topic_name,
     topic_options,
 )
@@ -55,9 +53,7 @@ def topics() -> None:
     metavar="KEY=VALUE",
     help="A topic config, e.g. retention.ms=60000. Repeatable.",
 )
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 def create(
     topic: str | None,
     topic_option: str | None,
@@ -83,9 +79,7 @@ def create(
 
 @topics.command("list")
 @click.option("--exclude-internal", is_flag=True, help="Leave out internal topics (__*).")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 def list_(exclude_internal: bool, bootstrap: str, command_config: str | None,
           timeout_ms: int) -> None:
     """List the topics, one per line."""
@@ -98,9 +92,7 @@ def list_(exclude_internal: bool, bootstrap: str, command_config: str | None,
 
 @topics.command()
 @topic_options
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 def describe(topic: str | None, topic_option: str | None, bootstrap: str,
              command_config: str | None, timeout_ms: int) -> None:
     """Describe TOPIC (or every topic): partitions, leader, replicas, configs."""
@@ -146,9 +138,7 @@ def _non_default_configs(admin: Any, topic: str) -> str:
 
 @topics.command()
 @topic_options
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 def delete(topic: str | None, topic_option: str | None, bootstrap: str,
            command_config: str | None, timeout_ms: int) -> None:
     """Delete TOPIC."""
@@ -163,9 +153,7 @@ def delete(topic: str | None, topic_option: str | None, bootstrap: str,
 @topic_options
 @click.option("--partitions", type=click.IntRange(min=1), required=True,
               help="The new number of partitions; more than now (partitions are only added).")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 def alter(topic: str | None, topic_option: str | None, partitions: int, bootstrap: str,
           command_config: str | None, timeout_ms: int) -> None:
     """Add partitions to TOPIC, up to --partitions in all (kafka-topics.sh --alter). Records

@@ -12,12 +12,10 @@ import click
 
 from exactly.cli.common import (
     admin_call,
-    bootstrap_option,
-    command_config_option,
+    connection_options,
     fail,
     open_admin,
     print_table,
-    timeout_option,
 )
 
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
@@ -33,9 +31,7 @@ def transactions() -> None:
 
 
 @transactions.command("list")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option(
     "--running-longer-than",
     "running_longer_than_ms",
@@ -77,9 +73,7 @@ def list_(
 
 
 @transactions.command()
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--transactional-id", required=True, metavar="ID", help="The transaction to describe.")
 def describe(bootstrap: str, command_config: str | None, timeout_ms: int,
              transactional_id: str) -> None:
@@ -100,9 +94,7 @@ def describe(bootstrap: str, command_config: str | None, timeout_ms: int,
 
 
 @transactions.command("find-hanging")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--topic", required=True, help="The topic whose partitions to look at.")
 @click.option("--partition", type=click.IntRange(min=0), default=None,
               help="Only this partition (default: all of the topic's).")
@@ -179,9 +171,7 @@ def _is_open(state_name: str) -> bool:
 
 
 @transactions.command()
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--topic", required=True, help="The partition's topic.")
 @click.option("--partition", required=True, type=click.IntRange(min=0),
               help="The partition whose hanging transaction to abort.")
@@ -233,9 +223,7 @@ def abort(bootstrap: str, command_config: str | None, timeout_ms: int, topic: st
 
 
 @transactions.command("force-terminate")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--transactional-id", required=True, metavar="ID",
               help="The transactional id whose open (or prepared 2PC) transaction to abort.")
 def force_terminate(bootstrap: str, command_config: str | None, timeout_ms: int,
@@ -261,9 +249,7 @@ def force_terminate(bootstrap: str, command_config: str | None, timeout_ms: int,
 
 
 @transactions.command("describe-producers")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--topic", required=True, help="The partition's topic.")
 @click.option("--partition", required=True, type=click.IntRange(min=0),
               help="The partition whose producers to describe.")

@@ -8,11 +8,9 @@ import click
 
 from exactly.cli.common import (
     admin_call,
-    bootstrap_option,
-    command_config_option,
+    connection_options,
     open_admin,
     print_table,
-    timeout_option,
 )
 from exactly.client.admin import (
     ScramMechanism,
@@ -33,9 +31,7 @@ def users() -> None:
 
 
 @users.command("add-scram")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--user", required=True, help="The user name (the principal is User:NAME).")
 @mechanism_option
 @click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True,
@@ -55,9 +51,7 @@ def add_scram(bootstrap: str, command_config: str | None, timeout_ms: int, user:
 
 
 @users.command("remove-scram")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--user", required=True, help="The user name.")
 @mechanism_option
 def remove_scram(bootstrap: str, command_config: str | None, timeout_ms: int, user: str, mechanism: str) -> None:
@@ -70,9 +64,7 @@ def remove_scram(bootstrap: str, command_config: str | None, timeout_ms: int, us
 
 
 @users.command("describe")
-@bootstrap_option
-@command_config_option
-@timeout_option
+@connection_options
 @click.option("--user", "names", multiple=True, help="Only this user. Repeatable.")
 def describe(bootstrap: str, command_config: str | None, timeout_ms: int, names: tuple[str, ...]) -> None:
     """List users' SCRAM mechanisms and iteration counts."""
