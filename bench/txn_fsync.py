@@ -13,7 +13,11 @@ falls on both alike.
    transactions (strace slows the broker down: these runs are not timed).
 3. With `--produce`: records per second of 1 KiB records, acks=all, idempotent, one
    confluent-kafka producer, each run into a topic of its own (so no run meets the dirty pages
-   of the runs before it).
+   of the runs before it); beside them, what load distorts less: the producer's mean Produce
+   round trip (librdkafka's `rtt` statistic: the time a request waits for its answer) and the
+   broker's CPU seconds per GB (/proc). With `--count-syncs` too, one more produce run per
+   policy under `strace -f -T` (not timed) gives the time the broker's threads spend in
+   fdatasync/fsync per MiB produced: the disk work a sync round waits for.
 
     .venv/bin/python bench/txn_fsync.py [--runs N] [--seconds S] [--count-syncs] [--produce]
 """
@@ -21,6 +25,7 @@ falls on both alike.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -30,14 +35,18 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from measure import cpu_seconds
 
 from exactly.testing import EmbeddedBroker
 
 POLICIES = ("os", "fsync")
+T = TypeVar("T")
 PARTITIONS = 4
 
 
@@ -82,23 +91,67 @@ def concurrent_transactions(bootstrap: str, topic: str, producers: int, seconds:
     return sum(n / elapsed for n, elapsed in done)
 
 
-def produce(bootstrap: str, topic: str, records: int) -> float:
-    """Records per second of `records` 1 KiB records, acks=all."""
+class ProduceRun(NamedTuple):
+    rate: float  # records per second
+    rtt_ms: float  # mean Produce round trip, as the producer saw it
+    cpu_per_gb: float  # broker CPU seconds per GB produced
+
+
+def produce(bootstrap: str, topic: str, records: int, broker_pid: int) -> ProduceRun:
+    """`records` 1 KiB records, acks=all, from one idempotent producer."""
+    rtts: list[tuple[float, int]] = []  # (mean µs, requests) of each statistics window
+
+    def statistics_window(text: str) -> None:
+        for broker in json.loads(text)["brokers"].values():
+            if broker["nodeid"] >= 0 and broker["rtt"]["cnt"]:
+                rtts.append((broker["rtt"]["avg"], broker["rtt"]["cnt"]))
+
     # A local queue that holds every record (librdkafka keeps up to 1 GiB): never full.
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 5,
-                         "queue.buffering.max.messages": max(records, 100_000)})
+                         "queue.buffering.max.messages": max(records, 100_000),
+                         "statistics.interval.ms": 100, "stats_cb": statistics_window})
     producer.produce(topic, b"warm-up")  # the producer id comes asynchronously: not timed
     producer.flush(30)
+    producer.poll(0.2)  # the warm-up's statistics window goes out before the timed run
+    rtts.clear()
     payload = os.urandom(1024)
-    started = time.perf_counter()
+    cpu_before, started = cpu_seconds(broker_pid), time.perf_counter()
     for i in range(records):
         producer.produce(topic, payload)
         if i % 1000 == 0:
             producer.poll(0)  # delivery reports
     if producer.flush(120):
         raise RuntimeError("records left unsent after 120 s")
-    return records / (time.perf_counter() - started)
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds(broker_pid) - cpu_before
+    producer.poll(0.2)  # the last statistics window
+    requests = sum(n for _, n in rtts)
+    rtt_ms = sum(avg * n for avg, n in rtts) / requests / 1000 if requests else float("nan")
+    return ProduceRun(records / elapsed, rtt_ms, cpu / (records * 1024 / 1e9))
+
+
+def under_strace(broker: EmbeddedBroker, options: list[str], work: Callable[[], T]
+                 ) -> tuple[T, str]:
+    """`work()`'s result, and what `strace -f OPTIONS` attached to the broker wrote meanwhile."""
+    assert broker.process is not None
+    out = Path(tempfile.mkdtemp(prefix="txn-fsync-strace-")) / "strace"
+    strace = subprocess.Popen(["strace", "-f", *options, "-o", str(out),
+                               "-p", str(broker.process.pid)], stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            assert strace.stderr is not None
+            # strace says "Process N attached" once per thread; the first means it is in.
+            line = strace.stderr.readline()
+            if "attached" not in line:
+                raise RuntimeError(f"strace did not attach: {line!r}")
+            time.sleep(0.2)  # the other threads
+            result = work()
+        finally:
+            strace.send_signal(signal.SIGINT)
+            strace.wait(30)
+        return result, out.read_text()
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
 
 
 _STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(?P<calls>\d+)\s+(?:\d+\s+)?(?P<name>\w+)$")
@@ -106,29 +159,47 @@ _STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(?P<calls>\d+)\s+(?:\d+\s
 
 def syncs_per_transaction(broker: EmbeddedBroker, topic: str, txns: int) -> dict[str, float]:
     """The broker's sync calls per transaction, by name, over `txns` transactions."""
-    assert broker.process is not None
-    out = Path(tempfile.mkdtemp(prefix="txn-fsync-strace-")) / "summary"
-    strace = subprocess.Popen(
-        ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync,syncfs", "-o", str(out),
-         "-p", str(broker.process.pid)], stderr=subprocess.PIPE, text=True)
-    try:
-        assert strace.stderr is not None
-        # strace says "Process N attached" once per thread; the first means it is in.
-        line = strace.stderr.readline()
-        if "attached" not in line:
-            raise RuntimeError(f"strace did not attach: {line!r}")
-        time.sleep(0.2)  # the other threads
+    def work() -> int:
         done, _ = transactions(broker.bootstrap, topic, count=txns)
         time.sleep(0.3)  # the last markers, written after the last commit is answered
-    finally:
-        strace.send_signal(signal.SIGINT)
-        strace.wait(30)
+        return done
+
+    done, summary = under_strace(broker, ["-c", "-e", "trace=fsync,fdatasync,syncfs"], work)
     calls: dict[str, float] = {}
-    for row in out.read_text().splitlines():
+    for row in summary.splitlines():
         if (m := _STRACE_ROW.match(row)) and m["name"] != "total":
             calls[m["name"]] = int(m["calls"]) / done
-    shutil.rmtree(out.parent)
     return calls
+
+
+_SYNC_CALL = re.compile(r"\b(?:fdatasync|fsync)\(.*= 0 <(?P<seconds>[\d.]+)>$|"
+                        r"<\.\.\. (?:fdatasync|fsync) resumed>.*= 0 <(?P<resumed>[\d.]+)>$")
+
+
+def sync_ms_per_mib(broker: EmbeddedBroker, topic: str, records: int) -> tuple[float, int]:
+    """(milliseconds the broker's threads spent in fdatasync/fsync per MiB, calls) over a produce
+    run of `records` 1 KiB records, each call timed by `strace -T`."""
+    _, calls = under_strace(broker, ["-T", "-e", "trace=fsync,fdatasync"],
+                            lambda: produce(broker.bootstrap, topic, records, broker_pid(broker)))
+    seconds = [float(m["seconds"] or m["resumed"]) for row in calls.splitlines()
+               if (m := _SYNC_CALL.search(row))]
+    return sum(seconds) * 1000 / (records / 1024), len(seconds)
+
+
+def broker_pid(broker: EmbeddedBroker) -> int:
+    assert broker.process is not None
+    return broker.process.pid
+
+
+def with_topic(broker: EmbeddedBroker, topic: str,
+               work: Callable[[EmbeddedBroker, str], T]) -> T:
+    """`work` on a new topic of `broker`, deleted after it."""
+    create_topic(broker.bootstrap, topic)
+    try:
+        return work(broker, topic)
+    finally:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.delete_topics([topic])[topic].result(timeout=30)
 
 
 def main() -> None:
@@ -155,7 +226,7 @@ def main() -> None:
             broker.start()
             create_topic(broker.bootstrap, "tiny")
         tps: dict[str, list[float]] = {p: [] for p in POLICIES}
-        rates: dict[str, list[float]] = {p: [] for p in POLICIES}
+        produced: dict[str, list[ProduceRun]] = {p: [] for p in POLICIES}
         print(f"{'run':>4} {'os txns/s':>10} {'fsync txns/s':>13} {'fsync/os':>9}  "
               f"({args.producers} producer(s))", flush=True)
         for run in range(args.runs):
@@ -174,21 +245,30 @@ def main() -> None:
                 print(f"syncs per transaction, {policy}: {sum(calls.values()):.2f} "
                       f"({text or 'none'})", flush=True)
         if args.produce:
-            print(f"{'run':>4} {'os rec/s':>10} {'fsync rec/s':>12} {'fsync/os':>9}  "
-                  f"(1 KiB, acks=all)", flush=True)
+            print(f"{'run':>4} {'os rec/s':>10} {'fsync rec/s':>12} {'fsync/os':>9} "
+                  f"{'rtt ms os/fsync':>16} {'CPU s/GB os/fsync':>18}  (1 KiB, acks=all)",
+                  flush=True)
             for run in range(args.runs):
                 for policy in POLICIES if run % 2 == 0 else POLICIES[::-1]:
-                    topic = f"produce-{run}"
-                    bootstrap = brokers[policy].bootstrap
-                    create_topic(bootstrap, topic)
-                    rates[policy].append(produce(bootstrap, topic, args.records))
-                    admin = AdminClient({"bootstrap.servers": bootstrap})
-                    admin.delete_topics([topic])[topic].result(timeout=30)
-                print(f"{run + 1:>4} {rates['os'][-1]:>10,.0f} {rates['fsync'][-1]:>12,.0f} "
-                      f"{rates['fsync'][-1] / rates['os'][-1]:>8.2f}x", flush=True)
-            median = {p: statistics.median(v) for p, v in rates.items()}
+                    produced[policy].append(with_topic(
+                        brokers[policy], f"produce-{run}",
+                        lambda broker, topic: produce(broker.bootstrap, topic, args.records,
+                                                      broker_pid(broker))))
+                os_run, fsync_run = produced["os"][-1], produced["fsync"][-1]
+                print(f"{run + 1:>4} {os_run.rate:>10,.0f} {fsync_run.rate:>12,.0f} "
+                      f"{fsync_run.rate / os_run.rate:>8.2f}x "
+                      f"{os_run.rtt_ms:>8.2f}/{fsync_run.rtt_ms:<7.2f} "
+                      f"{os_run.cpu_per_gb:>9.2f}/{fsync_run.cpu_per_gb:<8.2f}", flush=True)
+            median = {p: statistics.median(r.rate for r in v) for p, v in produced.items()}
             print(f"{'med':>4} {median['os']:>10,.0f} {median['fsync']:>12,.0f} "
                   f"{median['fsync'] / median['os']:>8.2f}x", flush=True)
+            if args.count_syncs:
+                for policy in POLICIES:
+                    ms, calls = with_topic(
+                        brokers[policy], "produce-strace",
+                        lambda broker, topic: sync_ms_per_mib(broker, topic, args.records))
+                    print(f"fdatasync/fsync per MiB produced, {policy}: {ms:.2f} ms "
+                          f"({calls} calls)", flush=True)
     finally:
         for broker in brokers.values():
             broker.close()

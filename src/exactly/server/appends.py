@@ -9,7 +9,12 @@ files syncs them in parallel threads: a journaling filesystem (ext4's jbd2, XFS'
 the metadata of concurrent syncs together, so a round over k files costs about one sync, not k
 (k = 8: 0.5 ms against 1.8 ms one after the other, on this project's 2-core test machine).
 Waiters whose logs are durable already (a duplicate retried, an AddPartitionsToTxn that added
-nothing) wait for no round. Under the `os` policy the page cache is enough and nothing waits.
+nothing) wait for no round. A waiter starts the writeback of the pages it waits for at once
+(log/writeback.py, `sync_file_range`): a producer with requests in flight appends while the
+previous round runs, and without it the next round's fdatasync would write all of that out
+before returning (1 KiB records from one idempotent producer: 1.3-1.7 ms of fdatasync per MiB
+without, 0.4-0.5 ms with). The round's fdatasync stays what makes the data durable. Under the
+`os` policy the page cache is enough and nothing waits, nor is any writeback started.
 Handlers and the transaction driver ask this service (`sync`, `sync_now`) instead of checking the
 policy themselves.
 
@@ -32,11 +37,16 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from exactly.log import PartitionLog
+from exactly.log.writeback import EarlyWriteback
 
 FSYNC = "fsync"
 # Syncs of one round that run at once (one thread each, beside the round's own): enough for the
 # files of a busy round, few enough that a round never floods the disk's queue.
 PARALLEL_SYNCS = 8
+# Early writeback (log/writeback.py) starts once this much of a log waits for a round: one call
+# per request of a busy producer (1 MiB), one per several small ones; the round's sync is left
+# with less than this and a page per log.
+WRITEBACK_BYTES = 256 * 1024
 
 
 class AppendService:
@@ -47,6 +57,8 @@ class AppendService:
         self._running: asyncio.Task[None] | None = None
         self._append_waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
         self._sync_threads: ThreadPoolExecutor | None = None  # made at the first parallel round
+        # Under fsync, the disk starts on the data a round will sync as soon as it waits for one.
+        self.writeback = EarlyWriteback(WRITEBACK_BYTES if flush_policy == FSYNC else 0)
 
     # -- durability -------------------------------------------------------------------------
 
@@ -57,6 +69,8 @@ class AppendService:
         dirty = [plog for plog in logs if plog.flushed_offset < plog.log_end_offset]
         if not dirty:
             return  # durable already: a round would sync nothing
+        for plog in dirty:
+            self.writeback.after_append(plog)
         self._pending.update(dirty)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
