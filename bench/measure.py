@@ -12,6 +12,7 @@ the settings below keep it fetching.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
@@ -49,18 +50,33 @@ def measure(pid: int | None, work: Callable[[], int]) -> tuple[float, float, flo
     return moved / 1e6 / wall, wall, per_gb
 
 
+def _fetches(stats: dict[str, Any]) -> tuple[int, int]:
+    """(Fetch requests sent, bytes received) to the brokers, from librdkafka's statistics."""
+    brokers = [b for name, b in stats.get("brokers", {}).items() if not name.startswith(":")]
+    return (sum(b.get("req", {}).get("Fetch", 0) for b in brokers),
+            sum(b.get("rxbytes", 0) for b in brokers))
+
+
 def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolation: str,
-             count: int, ready: Any, go: Any, out: Any) -> None:
+             count: int, ready: Any, go: Any, out: Any, tuning: dict[str, Any]) -> None:
     """One consumer process: connect, say it is ready, and at `go` read `count` records of
-    `assignment` from the beginning."""
+    `assignment` from the beginning. Reports its own CPU seconds and, from librdkafka's
+    statistics, the Fetch requests it sent and the bytes it received meanwhile."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer({**client, **TUNED_CONSUMER, "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": isolation})
+    last: list[dict[str, Any]] = [{}]
+    consumer = Consumer({**client, **tuning, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": isolation,
+                         "statistics.interval.ms": 100,
+                         "stats_cb": lambda text: last.__setitem__(0, json.loads(text))})
     consumer.list_topics(timeout=30)  # connected
     ready.put(None)
     go.wait()
-    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in assignment])
+    consumer.poll(0)  # the statistics so far: what comes before the start is not counted
+    fetches_before, rx_before = _fetches(last[0])
+    cpu_before = time.process_time()  # every thread of this process, finer than /proc's ticks
+    partitions = [TopicPartition(t, p, OFFSET_BEGINNING) for t, p in assignment]
+    consumer.assign(partitions)
     got = size = 0
     deadline = time.monotonic() + 300
     while got < count and time.monotonic() < deadline:
@@ -69,7 +85,12 @@ def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolatio
             if m.error() is None:
                 got += 1
                 size += len(m.value() or b"")
-    out.put((got, size, time.monotonic()))
+    done, cpu = time.monotonic(), time.process_time() - cpu_before
+    consumer.pause(partitions)  # no more fetches: at most the one in flight is counted
+    time.sleep(0.25)  # statistics taken since, which cover the whole read
+    consumer.poll(0)
+    fetches, rx = _fetches(last[0])
+    out.put((got, size, done, cpu, fetches - fetches_before, rx - rx_before))
     consumer.close()
 
 
@@ -79,16 +100,29 @@ class Consumed:
     bytes: int
     seconds: float  # from the start signal to the last process done
     cpu_per_gb: float | None  # the broker's, when its pid was given
+    client_cpu: float = 0.0  # CPU seconds of the consumer processes, all together
+    fetches: int = 0  # Fetch requests the consumers sent (librdkafka's statistics)
+    received: int = 0  # bytes the consumers received (Fetch answers and all)
+
+    def per_fetch(self) -> str:
+        """What the consumers got per Fetch request, and spent per record: the figures load
+        does not distort (compare them between brokers, not the throughput)."""
+        n = max(1, self.fetches)
+        return (f"{self.fetches} fetches, {self.records / n:,.0f} records and "
+                f"{self.received / n / 1e3:,.1f} kB per fetch, consumers "
+                f"{self.client_cpu / max(1, self.records) * 1e6:.2f} CPU-us per record")
 
 
 def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], int], *,
                          isolation: str = "read_uncommitted", processes: int = 2,
-                         broker_pid: int | None = None) -> Consumed:
+                         broker_pid: int | None = None,
+                         tuning: dict[str, Any] | None = None) -> Consumed:
     """Read every record of the partitions in `counts` (partition -> records in it) with
     `processes` tuned consumer processes, the partitions dealt out among them. Timed (and the
     broker's CPU counted) from when every process is connected to when the last is done, so
     process start-up is not in the figure. Fewer records than counted (a deadline of 300 s)
-    come back as they are: the caller decides whether a short read is an error."""
+    come back as they are: the caller decides whether a short read is an error. `tuning`
+    replaces TUNED_CONSUMER."""
     ctx = multiprocessing.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     parts: Sequence[tuple[str, int]] = sorted(counts)
@@ -97,7 +131,8 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
     for i in range(n):
         mine = [tp for j, tp in enumerate(parts) if j % n == i]
         procs.append(ctx.Process(target=_consume, args=(
-            client, mine, isolation, sum(counts[tp] for tp in mine), ready, go, out)))
+            client, mine, isolation, sum(counts[tp] for tp in mine), ready, go, out,
+            TUNED_CONSUMER if tuning is None else tuning)))
     for p in procs:
         p.start()
     for _ in procs:
@@ -111,4 +146,6 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
         p.join()
     moved = sum(r[1] for r in results)
     return Consumed(sum(r[0] for r in results), moved, max(r[2] for r in results) - started,
-                    None if cpu is None else cpu / (moved / 1e9))
+                    None if cpu is None else cpu / (moved / 1e9),
+                    client_cpu=sum(r[3] for r in results), fetches=sum(r[4] for r in results),
+                    received=sum(r[5] for r in results))

@@ -8,9 +8,18 @@ keeps at most 5 MiB per partition, so the records are spread over 8 topics of 4 
 The consumers are tuned as a throughput user tunes them and run in `--consumers` processes
 (bench/measure.py): one untuned librdkafka consumer measures its own backoff, not the broker.
 Beside each of Exactly's figures, the broker's CPU seconds per GB moved (from /proc); the mock
-runs inside the benchmark's own process, so it has none.
+runs inside the benchmark's own process, so it has none. Below each workload's rows, per target,
+what load does not distort: the consumers' Fetch requests, records and bytes per answer, and
+their CPU per record. (librdkafka's mock answers one stored batch per partition per Fetch;
+Exactly, as Kafka, fills each answer up to the request's limits.)
 
-    .venv/bin/python bench/run.py [--quick] [--consumers N]
+`--max-partition-fetch-bytes` sets the consumers' max.partition.fetch.bytes (10 MiB by default):
+a consumer reading 100-byte records waits for the whole first answer before its first record,
+and with 10 MiB per partition that answer holds everything (tens of MB), where the mock answers
+one stored batch per partition; 262144 lets the consumers start after 2 MB (the mock's answers
+are below that either way).
+
+    .venv/bin/python bench/run.py [--quick] [--consumers N] [--max-partition-fetch-bytes N]
 """
 
 from __future__ import annotations
@@ -24,12 +33,13 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from measure import consume_in_processes, measure
+from measure import TUNED_CONSUMER, consume_in_processes, measure
 
 from exactly.testing import EmbeddedBroker
 
 PARTITIONS = 4  # what the mock cluster gives an auto-created topic
 TOPICS = 8  # spread over several topics: the mock keeps at most 5 MiB per partition
+CONSUMER = dict(TUNED_CONSUMER)  # the consumers' settings (--max-partition-fetch-bytes)
 
 
 @dataclass
@@ -44,6 +54,7 @@ class Result:
     msgs_per_s: float
     mb_per_s: float
     cpu_per_gb: float | None = None  # the broker's CPU seconds per GB; None for the mock
+    detail: str = ""  # consume: Fetch requests, what each answer carried, consumers' CPU
 
 
 def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Counter,
@@ -94,11 +105,13 @@ def _consume(conf: dict, placed: Counter, consumers: int, pid: int | None, w: Wo
              ) -> Result:
     """Read everything back with tuned consumer processes."""
     expected = sum(placed.values())
-    done = consume_in_processes(conf, dict(placed), processes=consumers, broker_pid=pid)
+    done = consume_in_processes(conf, dict(placed), processes=consumers, broker_pid=pid,
+                                tuning=CONSUMER)
     if done.records < expected:
         raise ShortRead(f"consumed {done.records} of {expected}")
     # (The few warm-up records are read too; the figures count the workload's.)
-    return Result(w.count / done.seconds, w.count * w.size / done.seconds / 1e6, done.cpu_per_gb)
+    return Result(w.count / done.seconds, w.count * w.size / done.seconds / 1e6, done.cpu_per_gb,
+                  done.per_fetch())
 
 
 def _run(pid: int | None, conf: dict, topics: list[str], w: Workload, consumers: int
@@ -184,12 +197,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the records")
     parser.add_argument("--repeat", type=int, default=2, help="runs per target; the best counts")
     parser.add_argument("--consumers", type=int, default=2, help="consumer processes")
+    parser.add_argument("--max-partition-fetch-bytes", type=int,
+                        default=TUNED_CONSUMER["max.partition.fetch.bytes"],
+                        help="the consumers' max.partition.fetch.bytes")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     # The mock drops data past 5 MiB per partition (its overhead included): 3 to 4 MiB each.
     workloads = [Workload("100B", 100, 900_000 // scale),
                  Workload("1KiB", 1024, 64_000 // scale)]
-    print(f"{args.consumers} consumer processes; CPU: the broker's CPU seconds per GB")
+    CONSUMER["max.partition.fetch.bytes"] = args.max_partition_fetch_bytes
+    print(f"{args.consumers} consumer processes ({CONSUMER}); CPU: the broker's CPU seconds "
+          "per GB")
     print(f"{'workload':<9} {'target':<16} {'produce msg/s':>14} {'MB/s':>7} {'ratio':>6} "
           f"{'CPU':>6}   {'consume msg/s':>14} {'MB/s':>7} {'ratio':>6} {'CPU':>6}   "
           f"{'peak RSS':>9}")
@@ -206,6 +224,8 @@ def main() -> None:
             print(f"{w.name:<9} {target:<16} {p.msgs_per_s:>14,.0f} {p.mb_per_s:>7.1f} "
                   f"{_ratio(p, mock_p)} {_cpu(p)}   {c.msgs_per_s:>14,.0f} {c.mb_per_s:>7.1f} "
                   f"{_ratio(c, mock_c)} {_cpu(c)}   {rss_text:>9}", flush=True)
+        for target, _p, c, _rss in rows:
+            print(f"{'':<9} {target:<16} consume: {c.detail}", flush=True)
 
 
 def _ratio(r: Result, mock: Result) -> str:

@@ -486,15 +486,27 @@ class PartitionLog:
         for seg in self._segments[idx:]:
             if seg.base_offset >= limit:
                 return None
-            try:
-                found = seg.find_batch(offset)
-            except TornBatch as exc:  # only in bytes from disk that no read has checked yet
-                raise self._corrupt(seg, BadBatch(exc.position, offset, exc.reason)) from None
-            if found is None:
-                continue
-            start, header = found
+            found = self._indexed_batch(seg, offset) if not seg.unchecked else None
+            if found is not None:
+                start = found
+                if limit >= seg.next_offset and seg.size - start <= max_bytes:
+                    return seg, start, seg.size  # the rest of the segment: no header to read
+                header = RecordBatchHeader(seg.read(start, HEADER_SIZE), 0)
+            else:
+                try:
+                    batch = seg.find_batch(offset)
+                except TornBatch as exc:  # only in bytes from disk that no read has checked yet
+                    raise self._corrupt(seg, BadBatch(exc.position, offset, exc.reason)) from None
+                if batch is None:
+                    continue
+                start, header = batch
             if header.base_offset >= limit:
                 return None
+            if header.size >= max_bytes:
+                # The first batch alone reaches the limit (a fetch cut at one batch per
+                # partition): no scan of what follows it.
+                return None if header.size > max_bytes and not min_one_batch else (
+                    seg, start, start + header.size)
             try:
                 end = seg.size if limit >= seg.next_offset else seg.position_of(limit)
                 if end - start > max_bytes:
@@ -507,6 +519,14 @@ class PartitionLog:
                 end = exc.position
             return seg, start, end
         return None
+
+    @staticmethod
+    def _indexed_batch(seg: LogSegment, offset: int) -> int | None:
+        """The position of the batch holding `offset` when the index says where it starts: a
+        consumer reading on from its last fetch asks for the base offset of the next batch, and
+        every batch of index.interval.bytes or more is indexed. Saves find_batch's scan."""
+        entry, position = seg.index.lookup(offset)
+        return position if entry == offset and position < seg.size else None
 
     def _read_checked(self, offset: int, seg: LogSegment, start: int, end: int) -> bytes:
         """The bytes [start, end) of `seg`, cut before the first bad batch of those not checked

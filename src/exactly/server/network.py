@@ -23,12 +23,14 @@ clients cannot make a pass of the loop long: what another client's request waits
 its steps (an fsync round's answer, a handler resuming) comes after at most one round.
 
 Zero-copy fetch (issue 19): on a listener without TLS, a Fetch answer's records are ranges of
-segment files (`FileRecords`). The answer is encoded by kio as any other, into a buffer that
-keeps those ranges apart (`encode_file_frame`): the framing around them (sizes, headers,
-per-partition fields) is bytes, the records stay in the files. When such a `FileFrame` reaches the
-head of the answers and the transport has nothing unsent, the connection writes it itself on a
-duplicate of the socket's descriptor, bytes with send() and ranges with os.sendfile(), waiting
-for the socket to take more when it is full; the answers after it wait their turn, and reading
+segment files (`FileRecords`). The answer is encoded (by fetch_encoding.py's writer, which
+writes what kio writes) into a buffer that keeps those ranges apart (`encode_file_frame`): the
+framing around them (sizes, headers, per-partition fields) is bytes, the records stay in the
+files; a range under COPY_BELOW is read into the bytes instead, which costs fewer syscalls than
+sending it from its file. When such a `FileFrame` reaches the head of the answers and the
+transport has nothing unsent, the connection writes it itself on a duplicate of the socket's
+descriptor, bytes with send() and ranges with os.sendfile(), waiting for the socket to take
+more when it is full; the answers after it wait their turn, and reading
 pauses meanwhile (back-pressure, as for a full write buffer). With bytes still unsent in the
 transport (which owns the socket), the frame is read from its files and written as bytes
 instead: the answers stay in order either way. A file range holds its own descriptor from the
@@ -57,11 +59,13 @@ from exactly.log.segment import FileRecords
 from exactly.protocol import framing
 from exactly.protocol.apis import SUPPORTED, ApiKey, api_name, is_supported, response_class
 from exactly.protocol.framing import MalformedRequest
+from exactly.protocol.produce_request import decode_produce_in_place
 from exactly.server.auth import AuthSession, ListenerRuntime
 from exactly.server.auth.session import SaslFailure
 from exactly.server.auth.tls import principal_of
 from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.context import Handler, RequestContext
+from exactly.server.fetch_encoding import fast_path, write_fetch_response
 from exactly.server.handlers import HANDLERS
 from exactly.server.handlers.api_versions import api_versions_response
 from exactly.server.handlers.fetch import ZERO_COPY_LISTENERS
@@ -92,6 +96,9 @@ LARGE_FIRST = 64 * 1024
 FRAMES_PER_TURN = 8  # requests a connection takes per turn, at most
 TURN_SECONDS = 0.0002  # and handling time per turn, at most (a costly request is one turn)
 ROUND_SECONDS = 0.001  # turns of waiting connections per pass of the event loop, at most
+# A fetched range smaller than this is copied into the answer's bytes: sendfile pays off for
+# large ranges, and a small one would cost three syscalls (dup, sendfile, close) for one pread.
+COPY_BELOW = 16 * 1024
 
 
 @dataclass(slots=True)
@@ -139,7 +146,12 @@ class _SplicingBuffer:
         self._bytes = bytearray(head)
 
     def write(self, data: Any) -> int:
-        if isinstance(data, FileRecords):
+        if isinstance(data, FileRecords) and data.size < COPY_BELOW:
+            records = data.read()  # one pread, where a range costs a dup, sendfile and close
+            if len(records) != data.size:  # kio wrote their length already
+                raise OSError(f"segment file ended {data.size - len(records)} bytes early")
+            self._bytes += records
+        elif isinstance(data, FileRecords):
             self._end_bytes()
             # The segment's own descriptor is valid now only: the frame keeps one of its own.
             self.frame.parts.append((data.open_duplicate(), data.position, data.size))
@@ -173,7 +185,10 @@ def encode_file_frame(api_version: int, correlation_id: int, response: Any) -> b
     buffer = _SplicingBuffer(b"\0\0\0\0" + framing.SIZE.pack(correlation_id)
                              + (b"\0" if flexible else b""))  # response header v1: no tags
     try:
-        entity_writer(type(response))(buffer, response)  # type: ignore[arg-type]  # kio calls write() only
+        if fast_path(response):  # what the broker answers: no tagged fields set
+            write_fetch_response(buffer, api_version, response)
+        else:
+            entity_writer(type(response))(buffer, response)  # type: ignore[arg-type]  # kio calls write() only
     except BaseException:
         buffer.frame.close()
         raise
@@ -248,6 +263,10 @@ class Connection(asyncio.BufferedProtocol):
         # megabyte per Produce request would cost page faults and zeroing every time. It grows
         # (into a new, larger buffer) as the frame's bytes arrive.
         self._large = bytearray()
+        # A Produce read into self._large is decoded in place (its records are views of the
+        # buffer, produce_request.py): a handler that suspends keeps that buffer, the next frame
+        # is read into a spare one, and the lent one becomes the spare when the handler is done.
+        self._spare: bytearray | None = None
         self._frame_size: int | None = None  # the size of the large frame being read
         self._frame_have = 0
         self._eof = False  # the client sent everything it will send
@@ -317,9 +336,10 @@ class Connection(asyncio.BufferedProtocol):
         if self._frame_have == self._frame_size:
             frame = memoryview(self._large)[:self._frame_size].toreadonly()
             self._frame_size = None
-            # Decoding copies what the request keeps (kio makes bytes of a records field), so
-            # self._large is free again once the frame is dispatched.
-            proceed = self._dispatch(frame)
+            # Decoding copies what the request keeps (kio makes bytes of a records field), or,
+            # for a Produce, views it in place and lends the buffer if the handler suspends
+            # (_lend_large): either way self._large is free again once the frame is dispatched.
+            proceed = self._dispatch(frame, in_place=True)
             try:
                 frame.release()
             except BufferError:  # something holds on to the frame: leave the buffer to it
@@ -419,6 +439,19 @@ class Connection(asyncio.BufferedProtocol):
         if self._eof:
             self._end_of_input()
 
+    def _lend_large(self, future: asyncio.Future[Frame]) -> None:
+        """The suspended handler of `future` holds views of self._large: the next frames are read
+        into another buffer, and this one is taken back once the handler is done."""
+        lent = self._large
+        spare = self._spare
+        self._large = spare if spare is not None and len(spare) >= len(lent) else bytearray(len(lent))
+        self._spare = None
+        future.add_done_callback(functools.partial(self._take_back, lent))
+
+    def _take_back(self, lent: bytearray, _future: asyncio.Future[Frame]) -> None:
+        if len(lent) <= LARGE_KEPT and (self._spare is None or len(self._spare) < len(lent)):
+            self._spare = lent
+
     def _grow_large(self, capacity: int) -> None:
         """A larger buffer for the frame being read, with what arrived so far. A new one, not a
         resize: the transport may still hold a view of the old one."""
@@ -470,14 +503,16 @@ class Connection(asyncio.BufferedProtocol):
         if self._have == 0 and self._frame_size is None:
             self._buffer = bytearray(FIRST_RECEIVE_BUFFER)
             self._large = bytearray()
+            self._spare = None
 
     def close(self) -> None:
         """The broker is stopping, or the connection was idle too long."""
         self._closing = True
         self.transport.close()
 
-    def _dispatch(self, frame: bytes | memoryview) -> bool:
-        """Start the request's handler; False when the connection must be closed."""
+    def _dispatch(self, frame: bytes | memoryview, *, in_place: bool = False) -> bool:
+        """Start the request's handler; False when the connection must be closed. `in_place`:
+        `frame` views self._large, and a Produce's records may view it too (no copy)."""
         session = self.session
         assert session is not None  # made with the connection
         if session.raw_tokens_expected():
@@ -507,8 +542,13 @@ class Connection(asyncio.BufferedProtocol):
                 f"supported: {SUPPORTED.get(api_key, 'none')}"
             )
             return False
+        in_place = in_place and api_key == ApiKey.PRODUCE
         try:
-            header, request = framing.decode_request(frame)
+            if in_place:
+                assert isinstance(frame, memoryview)
+                header, request = decode_produce_in_place(frame)
+            else:
+                header, request = framing.decode_request(frame)
         except MalformedRequest as exc:
             self._malformed(f"{exc} (frame starts {bytes(frame[:256]).hex()})")
             return False
@@ -524,6 +564,8 @@ class Connection(asyncio.BufferedProtocol):
         except Exception:  # noqa: BLE001 - logged by _run; the client can't match a lost answer
             return False
         future = asyncio.ensure_future(_resume_handler(coro, waiting_on))
+        if in_place:
+            self._lend_large(future)
         self._pending.append(future)
         size = len(frame) + 4  # held by the waiting handler (its decoded request) until done
         self._held += size

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("exactly.produce")
 
-# A partition of the request, checked: index, error, message, its log, its records.
-_Checked = tuple[int, ErrorCode, str | None, PartitionLog | None, bytes | None]
+# A partition of the request, checked: index, error, message, its log, its records (a view of
+# the request's frame when the connection read it in place: network.py, produce_request.py).
+_Records = bytes | memoryview
+_Checked = tuple[int, ErrorCode, str | None, PartitionLog | None, _Records | None]
 
 
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes | None:
@@ -59,7 +61,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
         parts: list[_Checked] = []
         for pdata in topic.partition_data:
             error, message = ErrorCode.none, None
-            records: bytes | None = pdata.records
+            records: _Records | None = pdata.records
             plog = partition_log(ctx, info, pdata.index)
             if txn_denied:
                 error = ErrorCode.transactional_id_authorization_failed
@@ -132,7 +134,7 @@ IMPLICIT_ADD_SINCE = 12  # KIP-890 part 2: Produce adds the partition to the tra
 
 
 def _check_transaction(ctx: RequestContext, request: ProduceRequest, plog: PartitionLog,
-                       records: bytes) -> tuple[ErrorCode, str | None]:
+                       records: _Records) -> tuple[ErrorCode, str | None]:
     """KIP-890: a transactional batch goes only into a partition of its ongoing transaction."""
     try:
         header = RecordBatchHeader(records)
