@@ -10,6 +10,11 @@ them alike; the table shows the median of the repetitions with the lowest and hi
 ratio to aiokafka's taken within each repetition, as a median with its spread (issue 19's
 targets: >= 1.5x aiokafka on Exactly, >= 1.0x on the mock).
 
+Beside each rate, what load distorts less: the client process's CPU time per transaction
+(user + system, all its threads, from os.times; against the mock it includes the mock's own
+work, which runs in the client's process) and its voluntary context switches per transaction
+(getrusage: a thread that went to sleep, waiting for an answer or for another thread).
+
     .venv/bin/python bench/client_transactions.py [--seconds 3] [--reps 3] [--quick]
 """
 
@@ -19,9 +24,12 @@ import argparse
 import asyncio
 import itertools
 import logging
+import os
+import resource
 import statistics
 import time
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -37,29 +45,58 @@ def _txn_id(name: str) -> str:
     return f"bench-ctx-{name}-{time.monotonic_ns()}-{next(_ids)}"
 
 
-def _rate(seconds: float, transaction: Callable[[], object]) -> float:
-    """Transactions per second of `transaction()` run back to back for `seconds`, after one
-    untimed run (metadata, connections)."""
+class Run(NamedTuple):
+    rate: float  # transactions per second
+    cpu_us: float  # the client process's CPU microseconds per transaction
+    switches: float  # its voluntary context switches per transaction
+
+
+class _Meter:
+    """Wall time, process CPU time and voluntary context switches from start to `run(done)`."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu, self.switches = time.perf_counter(), _cpu(), _switches()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.wall
+
+    def run(self, done: int) -> Run:
+        return Run(done / self.elapsed(), (_cpu() - self.cpu) / done * 1e6,
+                   (_switches() - self.switches) / done)
+
+
+def _cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _switches() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def _rate(seconds: float, transaction: Callable[[], object]) -> Run:
+    """`transaction()` run back to back for `seconds`, after one untimed run (metadata,
+    connections)."""
     transaction()
     done = 0
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds:
+    meter = _Meter()
+    while meter.elapsed() < seconds:
         transaction()
         done += 1
-    return done / (time.perf_counter() - started)
+    return meter.run(done)
 
 
-async def _rate_async(seconds: float, transaction: Callable[[], Awaitable[object]]) -> float:
+async def _rate_async(seconds: float, transaction: Callable[[], Awaitable[object]]) -> Run:
     await transaction()
     done = 0
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds:
+    meter = _Meter()
+    while meter.elapsed() < seconds:
         await transaction()
         done += 1
-    return done / (time.perf_counter() - started)
+    return meter.run(done)
 
 
-def exactly_blocking(bootstrap: str, topic: str, seconds: float) -> float:
+def exactly_blocking(bootstrap: str, topic: str, seconds: float) -> Run:
     config = {"bootstrap.servers": bootstrap, "transactional.id": _txn_id("blocking")}
     with TransactionSession(config) as session, Producer(config, session=session) as producer:
         session.initialize()
@@ -71,8 +108,8 @@ def exactly_blocking(bootstrap: str, topic: str, seconds: float) -> float:
         return _rate(seconds, transaction)
 
 
-def exactly_async(bootstrap: str, topic: str, seconds: float) -> float:
-    async def run() -> float:
+def exactly_async(bootstrap: str, topic: str, seconds: float) -> Run:
+    async def run() -> Run:
         config = {"bootstrap.servers": bootstrap, "transactional.id": _txn_id("async")}
         async with aio.TransactionSession(config) as session, \
                 aio.Producer(config, session=session) as producer:
@@ -86,10 +123,10 @@ def exactly_async(bootstrap: str, topic: str, seconds: float) -> float:
     return asyncio.run(run())
 
 
-def aiokafka(bootstrap: str, topic: str, seconds: float) -> float:
+def aiokafka(bootstrap: str, topic: str, seconds: float) -> Run:
     from aiokafka import AIOKafkaProducer
 
-    async def run() -> float:
+    async def run() -> Run:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap,
                                     transactional_id=_txn_id("aiokafka"))
         await producer.start()
@@ -105,7 +142,7 @@ def aiokafka(bootstrap: str, topic: str, seconds: float) -> float:
     return asyncio.run(run())
 
 
-def confluent(bootstrap: str, topic: str, seconds: float) -> float:
+def confluent(bootstrap: str, topic: str, seconds: float) -> Run:
     producer = ConfluentProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
                                   "transactional.id": _txn_id("confluent")})
     producer.init_transactions(30)
@@ -117,7 +154,7 @@ def confluent(bootstrap: str, topic: str, seconds: float) -> float:
     return _rate(seconds, transaction)
 
 
-CLIENTS: dict[str, Callable[[str, str, float], float]] = {
+CLIENTS: dict[str, Callable[[str, str, float], Run]] = {
     "exactly blocking": exactly_blocking,
     "exactly asyncio": exactly_async,
     "aiokafka": aiokafka,
@@ -131,27 +168,32 @@ def _create_topic(bootstrap: str, topic: str) -> None:
 
 
 def measure(bootstrap: str, topic: str, seconds: float, reps: int, names: list[str]
-            ) -> dict[str, list[float]]:
-    rates: dict[str, list[float]] = {name: [] for name in names}
+            ) -> dict[str, list[Run]]:
+    runs: dict[str, list[Run]] = {name: [] for name in names}
     for _ in range(reps):
         for name in names:
-            rates[name].append(CLIENTS[name](bootstrap, topic, seconds))
-    return rates
+            runs[name].append(CLIENTS[name](bootstrap, topic, seconds))
+    return runs
 
 
-def report(target: str, rates: dict[str, list[float]]) -> None:
+def report(target: str, runs: dict[str, list[Run]]) -> None:
     """Medians with their spread, and each client's ratio to aiokafka taken within each
-    repetition (a busy moment hits both), as the median of those ratios with their spread."""
-    base = rates["aiokafka"]
+    repetition (a busy moment hits both), as the median of those ratios with their spread;
+    then the medians of CPU time and voluntary context switches per transaction."""
+    base = [r.rate for r in runs["aiokafka"]]
     print(f"\n{target}")
     print(f"  {'client':<18} {'txns/s':>8} {'(lowest, highest)':>20} {'/ aiokafka':>11} "
-          f"{'(lowest, highest)':>18}")
-    for name, values in rates.items():
+          f"{'(lowest, highest)':>18} {'CPU us/txn':>11} {'switches/txn':>13}")
+    for name, measured in runs.items():
+        values = [r.rate for r in measured]
         ratios = [v / b for v, b in zip(values, base, strict=True)]
         spread = f"({min(values):,.0f}, {max(values):,.0f})"
         ratio_spread = f"({min(ratios):.2f}, {max(ratios):.2f})"
+        cpu = statistics.median(r.cpu_us for r in measured)
+        switches = statistics.median(r.switches for r in measured)
         print(f"  {name:<18} {statistics.median(values):>8,.0f} {spread:>20} "
-              f"{statistics.median(ratios):>10.2f}x {ratio_spread:>18}", flush=True)
+              f"{statistics.median(ratios):>10.2f}x {ratio_spread:>18} {cpu:>11,.0f} "
+              f"{switches:>13.2f}", flush=True)
 
 
 def main() -> None:
@@ -178,7 +220,8 @@ def main() -> None:
         bootstrap = f"{meta.host}:{meta.port}"
         report("librdkafka mock cluster (transaction version 1)",
                measure(bootstrap, "ctx", seconds, reps, names))
-    print(f"\n{seconds:g} s per client and repetition, {reps} repetitions; median (spread).")
+    print(f"\n{seconds:g} s per client and repetition, {reps} repetitions; median (spread). "
+          "CPU: the client process's, with the mock's own work against the mock.")
 
 
 if __name__ == "__main__":

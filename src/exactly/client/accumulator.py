@@ -36,15 +36,19 @@ class PartitionState:
 
 class RecordAccumulator:
     """Per-partition batch queues. `wake()` is called when the sender has something new to do
-    (a batch was started, so its linger timer runs, or a batch filled up)."""
+    (a batch was started, so its linger timer runs, or a batch filled up); with `wake_at`, a
+    batch started that lingers calls `wake_at(due)` instead (due: when linger.ms ends, on
+    `clock`): the sender need not look before then."""
 
     def __init__(self, *, batch_size: int, linger_ms: int, codec: int, buffer_memory: int,
-                 wake: Callable[[], None], clock: Callable[[], float]) -> None:
+                 wake: Callable[[], None], clock: Callable[[], float],
+                 wake_at: Callable[[float], None] | None = None) -> None:
         self.batch_size = batch_size
         self.linger = linger_ms / 1000
         self.codec = codec
         self.buffer_memory = buffer_memory
         self.wake = wake
+        self.wake_at = wake_at
         self.clock = clock
         self.lock = threading.Lock()
         self.topics: dict[str, list[PartitionState | None]] = {}
@@ -91,8 +95,8 @@ class RecordAccumulator:
             self.wake()
         if not new_batch:
             return None
-        batch = ProducerBatch(topic, partition, self.batch_size, self.codec, self.clock(),
-                              timestamp)
+        created = self.clock()
+        batch = ProducerBatch(topic, partition, self.batch_size, self.codec, created, timestamp)
         if self.transactional:
             batch.transactional = True
             self.started.add((topic, partition))
@@ -104,7 +108,10 @@ class RecordAccumulator:
         self.incomplete.add(batch)
         st.batches.append(batch)
         st.open = batch if batch.size < self.batch_size else None
-        self.wake()
+        if self.wake_at is not None and st.open is not None and self.linger and not self.flushing:
+            self.wake_at(created + self.linger)
+        else:
+            self.wake()
         return FutureRecordMetadata(batch, 0, timestamp)
 
     def take_started(self) -> set[tuple[str, int]]:

@@ -14,6 +14,7 @@ A record's future is not an asyncio future each: the batch completes once and a 
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -108,9 +109,10 @@ class ProducerBatch:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
-        self.callbacks: list[tuple[FutureRecordMetadata, Callable[[Any], object]]] | None = None
+        # Called once the batch is done, on the client's loop (record futures' callbacks, flush).
+        self.callbacks: list[Callable[[], object]] | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._event = threading.Event()
+        self._event: threading.Event | None = None  # made by the first wait() from a thread
 
     def try_append(self, timestamp: int, key: bytes | None, value: bytes | None,
                    headers: Sequence[tuple[str, bytes | None]] | None) -> int:
@@ -181,14 +183,25 @@ class ProducerBatch:
         self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
         with _CALLBACKS:
             self.done = True
+            event = self._event
+            callbacks, self.callbacks = self.callbacks, None
         self.parts = []
-        self._event.set()
+        if event is not None:
+            event.set()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        for fn in callbacks or ():
+            fn()
+
+    def when_done(self, fn: Callable[[], object]) -> None:
+        """Call fn() once the batch is done (at once if it is), on the client's loop."""
         with _CALLBACKS:
-            callbacks, self.callbacks = self.callbacks, None
-        for future, fn in callbacks or ():
-            fn(future)
+            if not self.done:
+                if self.callbacks is None:
+                    self.callbacks = []
+                self.callbacks.append(fn)
+                return
+        fn()
 
     def waiter(self) -> asyncio.Future[None]:
         """An asyncio future done with the batch; made on first use, on the client's loop."""
@@ -199,7 +212,15 @@ class ProducerBatch:
         return self._waiter
 
     def wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
+        """Wait in a thread other than the loop's until the batch is done (False: timed out).
+        The event is made on demand: most batches are never waited for this way."""
+        with _CALLBACKS:
+            if self.done:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def __repr__(self) -> str:
         return (f"ProducerBatch({self.topic}-{self.partition}, {self.count} records, "
@@ -264,14 +285,7 @@ class FutureRecordMetadata:
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None:
         """Call fn(self) once the record is acknowledged or failed (on the client's loop)."""
-        batch = self.batch
-        with _CALLBACKS:
-            if not batch.done:
-                if batch.callbacks is None:
-                    batch.callbacks = []
-                batch.callbacks.append((self, fn))
-                return
-        fn(self)
+        self.batch.when_done(functools.partial(fn, self))
 
     def __await__(self) -> Any:
         if not self.batch.done:

@@ -1,5 +1,11 @@
 """One TCP connection to one broker: ApiVersions negotiation, pipelined requests, responses
-matched to their requests by correlation id."""
+matched to their requests by correlation id.
+
+Responses are read by an asyncio Protocol: each complete frame is decoded and handed to its
+waiter in the loop turn its bytes arrive, with no reader task in between (a task would add a
+loop turn and a stream reader's work to every response: issue 19, a 1-record transaction has
+two or three responses on its critical path).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from exactly.protocol.framing import RequestHeader, decode_response, encode_requ
 log = logging.getLogger("exactly.client")
 
 _SIZE = struct.Struct(">i")
+_WRITE_BUFFER = 1 << 22
 
 
 class BrokerConnection:
@@ -40,11 +47,9 @@ class BrokerConnection:
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.node_id: int | None = None
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._frames: _Frames | None = None
         self._ids = itertools.count(1)
         self._waiting: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
-        self._read_task: asyncio.Task[None] | None = None
         self._broker_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
         self.closed = False
@@ -59,9 +64,11 @@ class BrokerConnection:
         if security.tls:
             tls = {"ssl": security.ssl_context, "server_hostname": host,
                    "ssl_handshake_timeout": connect_timeout_ms / 1000}
+        loop = asyncio.get_running_loop()
         try:
-            conn._reader, conn._writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=1 << 20, **tls), connect_timeout_ms / 1000)
+            _, conn._frames = await asyncio.wait_for(
+                loop.create_connection(lambda: _Frames(conn), host, port, **tls),
+                connect_timeout_ms / 1000)
         except ssl.SSLError as exc:
             raise AuthenticationError(
                 f"TLS handshake with {host}:{port} failed: {exc}; check ssl.ca.location (the CA "
@@ -69,7 +76,6 @@ class BrokerConnection:
                 "(or set ssl.endpoint.identification.algorithm=none)") from exc
         except (OSError, TimeoutError) as exc:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
-        conn._read_task = asyncio.create_task(conn._read_loop())
         try:
             await conn._negotiate()
             if security.sasl:
@@ -151,7 +157,8 @@ class BrokerConnection:
     async def send(self, request: Any, *, expect_response: bool = True,
                    timeout: float | None = None) -> Any:
         """Send a kio request entity; returns the response entity (None if none is expected)."""
-        if self.closed or self._writer is None:
+        frames = self._frames
+        if self.closed or frames is None:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed")
         api_key, version = int(request.__api_key__), int(request.__version__)
         correlation_id = next(self._ids)
@@ -160,9 +167,9 @@ class BrokerConnection:
         future: asyncio.Future[Any] = loop.create_future()
         if expect_response:
             self._waiting[correlation_id] = (api_key, version, future)
-        self._writer.write(frame)
-        if self._writer.transport.get_write_buffer_size() > 1 << 22:
-            await self._writer.drain()
+        frames.transport.write(frame)
+        if frames.paused:  # the socket's buffer is full: wait until it drains
+            await frames.drained()
         if not expect_response:
             return None
         # A timer on the future rather than asyncio.wait_for, whose extra future and callbacks
@@ -186,60 +193,114 @@ class BrokerConnection:
         finally:
             timer.cancel()
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        error: BaseException | None = None
+    def _on_frame(self, frame: bytes) -> None:
+        """A response frame (without its size) arrived: resolve its request's waiter."""
+        (correlation_id,) = struct.unpack_from(">i", frame, 0)
+        entry = self._waiting.pop(correlation_id, None)
+        if entry is None:
+            return  # its caller timed out
+        api_key, version, future = entry
+        if future.done():
+            return
+        if api_key == ApiKey.API_VERSIONS and frame[4:6] == b"\x00\x23":
+            # UNSUPPORTED_VERSION: the body's layout varies between brokers (KIP-511 says v0;
+            # librdkafka's mock differs), so it is not decoded: negotiate asks again with v0,
+            # which every broker reads.
+            future.set_exception(UnsupportedVersionError("ApiVersions version refused", 35))
+            return
         try:
-            while True:
-                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-                frame = await self._reader.readexactly(size)
-                (correlation_id,) = struct.unpack_from(">i", frame, 0)
-                entry = self._waiting.pop(correlation_id, None)
-                if entry is None:
-                    continue  # its caller timed out
-                api_key, version, future = entry
-                if api_key == ApiKey.API_VERSIONS and frame[4:6] == b"\x00\x23":
-                    # UNSUPPORTED_VERSION: the body's layout varies between brokers (KIP-511 says
-                    # v0; librdkafka's mock differs), so it is not decoded: negotiate asks again
-                    # with v0, which every broker reads.
-                    if not future.done():
-                        future.set_exception(UnsupportedVersionError("ApiVersions version refused",
-                                                                     35))
-                    continue
-                try:
-                    _, response = decode_response(api_key, version, frame)
-                except Exception as exc:  # noqa: BLE001 - handed to the caller
-                    if not future.done():
-                        future.set_exception(KafkaConnectionError(
-                            f"cannot decode {api_name(api_key)} v{version} response: {exc}"))
-                    continue
-                if not future.done():
-                    future.set_result(response)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            error = exc
-        except asyncio.CancelledError:
-            error = None
-        finally:
-            self.closed = True
-            for _, _, future in self._waiting.values():
-                if not future.done():
-                    future.set_exception(KafkaConnectionError(
-                        f"connection to {self.host}:{self.port} lost: {error or 'closed'}"))
-            self._waiting.clear()
+            _, response = decode_response(api_key, version, frame)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            future.set_exception(KafkaConnectionError(
+                f"cannot decode {api_name(api_key)} v{version} response: {exc}"))
+            return
+        future.set_result(response)
+
+    def _on_lost(self, error: BaseException | None) -> None:
+        """The connection is gone (closed by either side, or failed): fail every waiter."""
+        self.closed = True
+        waiting, self._waiting = self._waiting, {}
+        for _, _, future in waiting.values():
+            if not future.done():
+                future.set_exception(KafkaConnectionError(
+                    f"connection to {self.host}:{self.port} lost: {error or 'closed'}"))
 
     async def close(self) -> None:
         self.closed = True
-        if self._read_task is not None:
-            self._read_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._read_task
-        if self._writer is not None:
-            self._writer.close()
+        self._on_lost(None)
+        frames = self._frames
+        if frames is not None:
+            frames.transport.close()
             with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
+                await frames.lost
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, node={self.node_id})"
+
+
+class _Frames(asyncio.Protocol):
+    """The connection's reading side: cuts the byte stream into size-prefixed response frames
+    and hands each to the connection as soon as it is complete; and the writing side's flow
+    control (`paused` while the socket's buffer is full)."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+        self.transport: asyncio.Transport = None  # type: ignore[assignment] # set at once
+        self.buffer = bytearray()
+        self.paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment] # a stream transport (TCP, TLS)
+        # Writers wait once 4 MiB are buffered (large produce requests go out back to back).
+        self.transport.set_write_buffer_limits(high=_WRITE_BUFFER)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        if not buffer and len(data) >= 8 and _SIZE.unpack_from(data)[0] == len(data) - 4:
+            self.conn._on_frame(data[4:])  # the usual case: exactly one frame
+            return
+        buffer += data
+        end = len(buffer)
+        pos = 0
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buffer, pos)
+            if size < 4:
+                self.transport.close()
+                self.conn._on_lost(KafkaConnectionError(f"a response frame of {size} bytes"))
+                return
+            if end - pos - 4 < size:
+                break
+            frame = bytes(buffer[pos + 4:pos + 4 + size])
+            pos += 4 + size
+            self.conn._on_frame(frame)
+        if pos:
+            del buffer[:pos]
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._on_lost(exc or ConnectionError("closed by the broker"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        waiter, self._drained = self._drained, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def drained(self) -> None:
+        """Wait until the socket's buffer has room again (or the connection is gone)."""
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+        await self._drained
 
 
 def _expire(future: asyncio.Future[Any]) -> None:

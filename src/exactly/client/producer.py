@@ -38,6 +38,7 @@ from exactly.client.batch import (
     CODECS,
     RECORD_OVERHEAD_MAX,
     FutureRecordMetadata,
+    ProducerBatch,
     RecordMetadata,
 )
 from exactly.client.cluster import Cluster
@@ -121,7 +122,7 @@ class AsyncProducer:
         self._acc = RecordAccumulator(
             batch_size=cfg["batch.size"], linger_ms=cfg["linger.ms"],
             codec=CODECS[cfg["compression.type"]], buffer_memory=self._buffer_memory,
-            wake=self._wake, clock=time.monotonic)
+            wake=self._wake, clock=time.monotonic, wake_at=self._wake_at)
         self._acc.transactional = self._session is not None
         self._sender = Sender(
             self._cluster, accumulator=self._acc, config=cfg, session=self._session,
@@ -150,11 +151,35 @@ class AsyncProducer:
             return
         await self.start()
         self._acc.flushing += 1
-        self._wake()
         try:
-            await asyncio.wait([b.waiter() for b in pending], timeout=timeout)
+            if timeout is None and await self._sender.send_now():
+                if all(b.done for b in pending):
+                    return  # sent and answered right here (issue 19)
+            else:
+                self._wake()
+            await self._all_done(pending, timeout)
         finally:
             self._acc.flushing -= 1
+
+    @staticmethod
+    async def _all_done(batches: list[ProducerBatch], timeout: float | None) -> None:
+        """Wait until every batch is done (or `timeout` passes): one future for the lot, set
+        by the last batch's completion itself, not a callback per batch through the loop as
+        asyncio.wait adds (issue 19)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        left = len(batches)
+
+        def landed() -> None:
+            nonlocal left
+            left -= 1
+            if not left and not done.done():
+                done.set_result(None)
+        for batch in batches:
+            batch.when_done(landed)
+        if timeout is None:
+            await done
+        else:
+            await asyncio.wait([done], timeout=timeout)
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush, then stop; records not acknowledged by then fail."""
@@ -308,6 +333,23 @@ class AsyncProducer:
             self._wake_event.set()
         else:
             self._loop.call_soon_threadsafe(self._wake_event.set)
+
+    def _wake_at(self, due: float) -> None:
+        """A new batch lingers until `due` (time.monotonic()): the sender need not look before
+        (callable from any thread). No trip to the loop at all when the sender is due to look
+        by then anyway (issue 19: the blocking send() of a transaction after the first). With
+        transaction version 1 the sender looks now: it adds the partition to the transaction."""
+        session = self._session
+        if session is not None and not session.uses_transaction_v2:
+            self._wake()
+            return
+        loop = self._loop
+        if loop is None or self._sender.looks_by(due):
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._sender.wake_at(due)
+        else:
+            loop.call_soon_threadsafe(self._sender.wake_at, due)
 
     # -- transactions -------------------------------------------------------------------------
 

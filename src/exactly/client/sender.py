@@ -3,7 +3,13 @@ handles the answers (retries, duplicates, fencing); one task on the event loop.
 
 A 1-record transaction costs what the protocol needs and no more (issue 19): with transaction
 version 1 the AddPartitionsToTxn of a partition leaves as soon as its first batch exists, not
-when the batch is ready (see `_join_transaction`).
+when the batch is ready (see `_join_transaction`). A flush (the commit's) sends the ready
+batches itself and waits for the answer in its own coroutine (`send_now`), rather than waking
+this task and waiting for a task per request; a new batch that lingers only sets the sender's
+timer (`wake_at`), and while that timer is set the blocking Producer's send() does not wake
+the loop at all (`looks_by`). Version 1 keeps AddPartitionsToTxn before Produce, as Kafka's
+clients do: a Produce to a partition not yet in the transaction is refused by a broker that
+verifies (KIP-890), or written outside the transaction by one that does not.
 
 Like aiokafka's `Sender(client, *, txn_manager, message_accumulator, ...)`, it is given its
 collaborators by name (the cluster, the accumulator, the transaction session, the events and
@@ -87,7 +93,7 @@ class Sender:
         self.max_in_flight: int = config["max.in.flight.requests.per.connection"]
         self.metadata_max_age = config["metadata.max.age.ms"] / 1000
         self.in_flight: dict[int, int] = {}  # node -> requests awaiting an answer
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Task[None]] = set()  # Produce requests awaiting their answer
         self.producer_id, self.epoch = -1, -1
         self.new_identity = False  # idempotent: take a new producer id once nothing is in flight
         self.fatal: KafkaError | None = None
@@ -95,10 +101,12 @@ class Sender:
         self.metadata_tried = 0.0
         self.expire_checked = 0.0
         self.stopping = False
+        self.flushes = 0  # flushes about to send the ready batches themselves (send_now)
+        self.timer: asyncio.TimerHandle | None = None  # wakes the sender when a batch is due
+        self.timer_at = 0.0
 
     async def run(self) -> None:
         wake = self.wake_event
-        loop = asyncio.get_running_loop()
         while not self.stopping:
             wake.clear()
             try:
@@ -108,12 +116,136 @@ class Sender:
                 delay = self.backoff
             if wake.is_set() or self.stopping:
                 continue
-            handle = loop.call_later(max(delay, 0.0005), wake.set) if delay < _INF else None
-            try:
-                await wake.wait()
-            finally:
-                if handle is not None:
-                    handle.cancel()
+            if delay < _INF:
+                self.wake_at(time.monotonic() + max(delay, 0.0005))
+            await wake.wait()
+
+    def wake_at(self, when: float) -> None:
+        """Have the sender look at the queues at `when` (time.monotonic()), unless it is due
+        to look by then already; on the loop. A new batch that lingers sets this alone: the
+        sender does not run a step just to learn when the batch is due (issue 19)."""
+        old = self.timer
+        if old is not None and self.timer_at <= when:
+            return
+        # Another thread reads `timer` then `timer_at` without a lock (looks_by): a timer it
+        # sees is live, or was replaced by an earlier one, so `timer_at` is set first.
+        self.timer_at = when
+        self.timer = asyncio.get_running_loop().call_later(when - time.monotonic(), self._due)
+        if old is not None:
+            old.cancel()
+
+    def looks_by(self, when: float) -> bool:
+        """Whether the sender will look at the queues by `when` anyway (a timer is set): a
+        batch appended before this call, due then, needs no wake-up. From any thread: the
+        blocking Producer's send() then makes no trip to the loop (issue 19)."""
+        return self.timer is not None and self.timer_at <= when
+
+    def _due(self) -> None:
+        self.timer = None
+        self.wake_event.set()
+
+    async def send_now(self) -> bool:
+        """flush's fast path, run in the flushing coroutine itself: when nothing needs a
+        request or a wait first (the identity is known, the leaders' connections are open, no
+        partition waits for AddPartitionsToTxn), the ready batches are sent at once, the last
+        request awaited right here, without the sender task (a 1-record transaction's Produce
+        leaves a loop turn earlier and its answer is handled a turn earlier, issue 19). False
+        when it cannot: the caller wakes the sender task.
+
+        With transaction version 1 the partitions must be in the transaction first: this
+        waits for the AddPartitionsToTxn that send() started (or sends it), while the sender
+        task leaves the ready batches to this flush (`flushes`)."""
+        self.flushes += 1
+        try:
+            plan = self._plan_now() if await self._joined_now() else None
+        except BaseException:  # cancelled: the sender task takes over
+            self.flushes -= 1
+            self.wake()
+            raise
+        self.flushes -= 1
+        if plan is None:
+            return False
+        now = time.monotonic()
+        last: tuple[int, BrokerConnection, Any, list[ProducerBatch]] | None = None
+        for node, conn, node_states in plan:
+            while self.in_flight.get(node, 0) < self.max_in_flight:
+                batches = self.accumulator.drain(node_states, self.max_request_size, now)
+                if not batches:
+                    break
+                request = self._produce_request(node, conn, batches)
+                if request is None:
+                    continue
+                if last is not None:
+                    self._spawn(*last)
+                last = (node, conn, request, batches)
+        if self.accumulator.has_queued():
+            self.wake()
+        # The linger timer stays: it serves the batches of the next transactions (at most one
+        # step per linger.ms), and the blocking send() skips its wake-up while it is set.
+        if last is not None:
+            await self._request(*last, inline=True)
+        return True
+
+    async def _joined_now(self) -> bool:
+        """Transaction version 1: the ready batches' partitions added to the transaction
+        (waiting for the AddPartitionsToTxn under way); False on failure, which the sender
+        task then meets again and reports on the batches."""
+        session = self.session
+        if session is None or session.uses_transaction_v2 or self.stopping:
+            return True
+        wanted = self.accumulator.take_started()
+        states, _ = self.accumulator.ready(time.monotonic())
+        wanted.update((st.topic, st.partition) for st in states)
+        if session.joined(wanted):
+            return True
+        try:
+            await session.ensure_partitions(wanted)
+        except Exception as exc:  # noqa: BLE001 - met again, and reported, by _dispatch
+            log.debug("event=producer_flush_add_partitions_failed error=%s", exc)
+            return False
+        return True
+
+    def _plan_now(self) -> list[tuple[int, BrokerConnection, list[PartitionState]]] | None:
+        """For send_now: the ready partitions by leader, with its open connection; None when
+        the sender task must send them (see send_now)."""
+        session = self.session
+        if (self.stopping or self.metadata_stale or self.fatal is not None
+                or not self.idempotent):  # a resend after a cancelled flush must be harmless
+            return None
+        if session is not None:
+            identity = (session.producer_id, session.producer_epoch)
+            if identity != (self.producer_id, self.epoch):
+                if self._busy() or identity[0] < 0:
+                    return None
+                self._adopt(*identity)  # version 2: each transaction has the next epoch
+            if self.accumulator.started:
+                if not session.uses_transaction_v2:
+                    return None  # version 1: the task adds them (AddPartitionsToTxn) first
+                self.accumulator.take_started()  # version 2: the Produce adds them
+        elif self.producer_id < 0 or self.new_identity:
+            return None
+        now = time.monotonic()
+        if now - self.cluster.metadata.fetched_at > self.metadata_max_age:
+            return None
+        states, _ = self.accumulator.ready(now)
+        topics = self.cluster.metadata.topics
+        by_node: dict[int, list[PartitionState]] = {}
+        for st in states:
+            md = topics.get(st.topic)
+            leader = md.partitions.get(st.partition, -1) if md is not None else -1
+            if leader < 0:
+                return None
+            by_node.setdefault(leader, []).append(st)
+        plan = []
+        for node, node_states in by_node.items():
+            conn = self.cluster.live_connection(node)
+            if conn is None or self.in_flight.get(node, 0) >= self.max_in_flight:
+                return None
+            plan.append((node, conn, node_states))
+        if session is not None and not session.joined(
+                {(st.topic, st.partition) for st in states}):
+            return None
+        return plan
 
     async def _step(self, now: float) -> float:
         if now - self.expire_checked >= 0.05:
@@ -127,6 +259,8 @@ class Sender:
             self.metadata_stale = True
         if self.metadata_stale and now - self.metadata_tried >= self.backoff:
             await self._refresh_metadata(now)
+        if self.flushes:
+            return _INF  # a flush sends the ready batches itself (send_now), then wakes us
         states, next_at = self.accumulator.ready(now)
         if not states:
             return next_at - now
@@ -228,25 +362,25 @@ class Sender:
         have been written, and under a new identity the broker could not deduplicate it."""
         log.info("event=producer_identity producer_id=%d epoch=%d", producer_id, epoch)
         self.producer_id, self.epoch = producer_id, epoch
-        error = KafkaError(f"the producer's identity changed to producer id {producer_id} epoch "
-                           f"{epoch} while this batch waited to be resent; it may or may not "
-                           "have been written", ErrorCode.out_of_order_sequence_number)
         with self.accumulator.lock:
             stale = []
             for st in self.accumulator.states():
                 st.reset_sequences()
-                stale += [b for b in st.batches if b.base_sequence >= 0]
-                st.batches = deque(b for b in st.batches if b.base_sequence < 0)
-        for batch in stale:
-            self._complete(batch, error=error)
+                if any(b.base_sequence >= 0 for b in st.batches):
+                    stale += [b for b in st.batches if b.base_sequence >= 0]
+                    st.batches = deque(b for b in st.batches if b.base_sequence < 0)
+        if stale:
+            error = KafkaError(f"the producer's identity changed to producer id {producer_id} "
+                               f"epoch {epoch} while this batch waited to be resent; it may or "
+                               "may not have been written", ErrorCode.out_of_order_sequence_number)
+            for batch in stale:
+                self._complete(batch, error=error)
 
     # -- sending ----------------------------------------------------------------------------
 
     async def _dispatch(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]
                         ) -> None:
         session = self.session
-        max_version: int | None = None
-        txn_id: str | None = None
         if session is not None:
             new = {(b.topic, b.partition) for b in batches if b.attempts == 0}
             if new:
@@ -260,17 +394,46 @@ class Sender:
                 for b in reversed(batches):  # the identity moved meanwhile: next round
                     self.accumulator.requeue(self.accumulator.state(b.topic, b.partition), b)
                 return
+        if not batches:
+            return
+        request = self._produce_request(node, conn, batches)
+        if request is None:
+            return
+        if self.acks == 0:
+            try:
+                await conn.send(request, expect_response=False)
+            except KafkaError as exc:
+                self._on_failure(node, batches, exc)
+            else:
+                self._landed(node, batches)
+                for b in batches:
+                    self._complete(b)
+            return
+        self._spawn(node, conn, request, batches)
+
+    def _spawn(self, node: int, conn: BrokerConnection, request: Any,
+               batches: list[ProducerBatch]) -> None:
+        task = asyncio.create_task(self._request(node, conn, request, batches))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _produce_request(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]
+                         ) -> Any | None:
+        """Number and encode `batches` into a Produce request, counted in flight to `node`;
+        None if the broker takes no Produce version this client speaks (the batches failed)."""
+        session = self.session
+        max_version: int | None = None
+        txn_id: str | None = None
+        if session is not None:
             txn_id = session.transactional_id
             if not session.uses_transaction_v2:
                 max_version = 11  # Produce v12 would add partitions implicitly (KIP-890)
-        if not batches:
-            return
         try:
             module = request_module(conn, ApiKey.PRODUCE, max_version=max_version)
         except KafkaError as exc:
             for b in batches:
                 self._fail(self.accumulator.state(b.topic, b.partition), b, exc, False)
-            return
+            return None
         idempotent, pid, epoch = self.idempotent, self.producer_id, self.epoch
         by_topic: dict[str, list[Any]] = {}
         for b in batches:
@@ -288,38 +451,47 @@ class Sender:
             topic_data=tuple(module.TopicProduceData(name=t, partition_data=tuple(parts))
                              for t, parts in by_topic.items()))
         self.in_flight[node] = self.in_flight.get(node, 0) + 1
-        if self.acks == 0:
-            try:
-                await conn.send(request, expect_response=False)
-            except KafkaError as exc:
-                self._on_failure(node, batches, exc)
-            else:
-                self._landed(node, batches)
-                for b in batches:
-                    self._complete(b)
-            return
-        task = asyncio.create_task(self._request(node, conn, request, batches))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        return request
 
     async def _request(self, node: int, conn: BrokerConnection, request: Any,
-                       batches: list[ProducerBatch]) -> None:
+                       batches: list[ProducerBatch], *, inline: bool = False) -> None:
+        """Send a Produce request and handle its answer: in a task of its own, or `inline` in
+        a flush (send_now)."""
         try:
             response = await conn.send(request)
         except asyncio.CancelledError:
-            self._landed(node, batches)
-            for b in batches:
-                self._complete(b, error=KafkaError("the producer was closed while this record "
-                                                   "was on its way; it may have been written"))
+            if inline and not self.stopping:
+                # The flush that waited was cancelled, not the producer: as when an answer is
+                # lost, the batches are resent (same sequence: written once) on a new
+                # connection, as later answers on this one would be out of order.
+                asyncio.ensure_future(conn.close())
+                self._on_failure(node, batches, KafkaError(
+                    "the flush waiting for this Produce's answer was cancelled"))
+                self.wake()
+                raise
+            self._closed_on_the_way(node, batches)
             raise
         except KafkaError as exc:
+            if self.stopping:  # an inline request outliving stop(): as if stop() cancelled it
+                self._closed_on_the_way(node, batches)
+                return
             if isinstance(exc, KafkaTimeoutError):
                 # Answers after this one would be out of order with its resend: start afresh.
                 asyncio.ensure_future(conn.close())
             self._on_failure(node, batches, exc)
         else:
+            if self.stopping:
+                self._closed_on_the_way(node, batches)
+                return
             self._on_response(node, batches, response)
-        self.wake()
+        if self.stopping or self.accumulator.has_queued():
+            self.wake()  # resends, or batches that waited for a free slot
+
+    def _closed_on_the_way(self, node: int, batches: list[ProducerBatch]) -> None:
+        self._landed(node, batches)
+        for b in batches:
+            self._complete(b, error=KafkaError("the producer was closed while this record was "
+                                               "on its way; it may have been written"))
 
     def _landed(self, node: int, batches: list[ProducerBatch]) -> None:
         self.in_flight[node] -= 1

@@ -295,6 +295,23 @@ class AsyncTransactionSession:
         are added (version 1: one AddPartitionsToTxn for all; version 2: remembered only)."""
         await self._ensure(partitions, "ensure_partitions")
 
+    def joined(self, partitions: Iterable[tuple[str, int]]) -> bool:
+        """ensure_partitions when it needs no request, without a coroutine (the producer's
+        flush sends at once then, issue 19): True if the partitions are in the open transaction
+        already, or it uses version 2 (the Produce adds them; they are recorded here). False
+        when ensure_partitions must run: AddPartitionsToTxn to send, the version not known yet,
+        another call under way, or no transaction open (it then raises the error)."""
+        if self._machine.closed or self.state is not State.IN_TRANSACTION:
+            return False
+        wanted = {TopicPartition(str(t), int(p)) for t, p in partitions}
+        if wanted <= self._partitions:
+            return True
+        if not self._tv2 or self._lock.locked():
+            return False
+        self._partitions |= wanted
+        self._started = True
+        return True
+
     async def _ensure(self, partitions: Iterable[tuple[str, int]], call: str) -> None:
         self._machine.check(call)
         wanted = {TopicPartition(str(t), int(p)) for t, p in partitions}
