@@ -59,6 +59,16 @@ _FATAL = {ErrorCode.inconsistent_group_protocol, ErrorCode.group_authorization_f
           ErrorCode.fenced_instance_id, ErrorCode.invalid_group_id}
 
 
+async def wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait until `event` is set or `timeout` seconds pass. Not asyncio.wait_for: on Python 3.11
+    it returns instead of raising when the waiting task is cancelled just as the event is set
+    (fixed in 3.12), so a membership task woken (subscribe, rejoin) as close() cancelled it
+    went on, and close() waited for it."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(timeout, 0)):
+            await event.wait()
+
+
 def _ms(value: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=value)
 
@@ -219,8 +229,7 @@ class GroupMembership:
             raise self.error
         if self._assigned.is_set():
             return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._assigned.wait(), timeout)
+        await wait_event(self._assigned, timeout)
         if self.error is not None:
             raise self.error
         return self._assigned.is_set()
@@ -332,8 +341,7 @@ class GroupMembership:
         return {m: encode_assignment(Assignment(parts)) for m, parts in plan.items()}
 
     async def _heartbeat(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._rejoin.wait(), self.config["heartbeat.interval.ms"] / 1000)
+        await wait_event(self._rejoin, self.config["heartbeat.interval.ms"] / 1000)
         if self._rejoin.is_set():
             return
         response = await self.coordinator.send(

@@ -11,6 +11,10 @@ one, as Kafka's KafkaShareConsumer does.
 Membership: a task on the client's loop sends ShareGroupHeartbeat (join with epoch 0, then at
 the interval the coordinator gives; leave with epoch -1 on close), whether or not the
 application polls. UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH make it rejoin with epoch 0.
+Leaving stops that task for sure: it waits with `group.wait_event`, not `asyncio.wait_for`,
+which on Python 3.11 drops a cancellation that comes as its awaitable finishes (a subscribe() or
+a rejoin woke the task just as close() cancelled it: close() then waited for it forever), and a
+flag ends its loop even if some other await swallows the cancellation.
 
 Fetching: one share session per partition leader (ShareFetch with ShareSessionEpoch 0 opens it,
 each later ShareFetch or ShareAcknowledge carries the next epoch, -1 closes it).
@@ -58,7 +62,7 @@ from exactly.client.errors import (
     UnsupportedVersionError,
 )
 from exactly.client.fetcher import decode_section
-from exactly.client.group import GroupCoordinatorClient
+from exactly.client.group import GroupCoordinatorClient, wait_event
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.records import (
@@ -223,6 +227,7 @@ class ShareMembership:
         self._wake = asyncio.Event()
         self._assigned = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._leaving = False  # set by leave(): the heartbeat loop ends
 
     def subscribe(self, topics: Iterable[str]) -> None:
         self.topics = sorted(set(topics))
@@ -238,8 +243,7 @@ class ShareMembership:
         if self.error is not None:
             raise self.error
         if not self._assigned.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._assigned.wait(), max(timeout, 0))
+            await wait_event(self._assigned, timeout)
         if self.error is not None:
             raise self.error
         return bool(self.assignment)
@@ -254,7 +258,7 @@ class ShareMembership:
 
     async def _run(self) -> None:
         backoff = self.config["retry.backoff.ms"] / 1000
-        while True:
+        while not self._leaving:
             try:
                 await self._heartbeat()
                 backoff = self.config["retry.backoff.ms"] / 1000
@@ -269,8 +273,7 @@ class ShareMembership:
                     return
                 log.info("event=share_group_retry group=%s error=%s", self.group_id, exc)
                 wait, backoff = backoff, min(backoff * 2, 1.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+            await wait_event(self._wake, wait)
             self._wake.clear()
 
     async def _heartbeat(self) -> None:
@@ -320,6 +323,7 @@ class ShareMembership:
 
     async def leave(self) -> None:
         task, self._task = self._task, None
+        self._leaving = True
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
