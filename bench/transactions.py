@@ -9,7 +9,9 @@
 2. Sequential 1-record transactions per second from one producer: Exactly against librdkafka's
    mock cluster (which has a transaction coordinator of its own), and against a null broker
    (`bench/null_broker.py`: Python answering with no work at all, the ceiling for any broker
-   written in Python on this machine).
+   written in Python on this machine). Beside each figure, the broker process's CPU
+   microseconds per transaction (user + system, from /proc): unlike the rates, a figure that
+   load on a shared machine hardly distorts.
 
 Exactly runs with `log.flush.policy=os` (as durable as the mock: neither fsyncs) and with the
 default `fsync`.
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from measure import cpu_seconds
 
 from exactly.testing import EmbeddedBroker
 
@@ -80,19 +83,23 @@ def stream(bootstrap: str, topic: str, count: int, *, txn_ms: int | None) -> flo
     return count / (time.perf_counter() - started)
 
 
-def tiny_transactions(bootstrap: str, topic: str, seconds: float) -> float:
-    """Sequential transactions of one record each, per second."""
+def tiny_transactions(bootstrap: str, topic: str, seconds: float,
+                      pid: int | None = None) -> tuple[float, float]:
+    """Sequential transactions of one record each: per second, and the CPU microseconds the
+    broker process `pid` spent per transaction (from /proc; 0 without a pid)."""
     producer = Producer({"bootstrap.servers": bootstrap,
                          "transactional.id": f"bench-tiny-{time.monotonic_ns()}", "linger.ms": 0})
     producer.init_transactions(30)
     done = 0
+    cpu = cpu_seconds(pid) if pid else 0.0
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
         producer.begin_transaction()
         producer.produce(topic, b"x" * 100)
         producer.commit_transaction(30)
         done += 1
-    return done / (time.perf_counter() - started)
+    tps = done / (time.perf_counter() - started)
+    return tps, ((cpu_seconds(pid) - cpu) / done * 1e6 if pid else 0.0)
 
 
 def main() -> None:
@@ -115,34 +122,46 @@ def main() -> None:
     mock_tps = 0.0
     mock_stream: tuple[float, float, list[float]] = (0.0, 0.0, [])
     if run_tiny:
-        mock_tps = max(tiny_transactions(mock_bootstrap, "mock-tiny", seconds) for _ in range(2))
+        mock_tps = max(tiny_transactions(mock_bootstrap, "mock-tiny", seconds)[0]
+                       for _ in range(2))
     if run_stream:
         # The mock keeps only 5 MiB per partition, which does not matter when nothing reads
         # back, and it has no disk: its topics are auto-created and kept.
         mock_stream = _streams(mock_bootstrap, "mock", count, pairs, fresh_topics=False)
 
     print(f"{'target':<16} {'idempotent rec/s':>17} {'100 ms txns rec/s':>18} {'loss':>7} "
-          f"{'(pairs: lowest, highest)':>25}   {'1-record txns/s':>16} {'vs mock':>8}")
-    _row("librdkafka mock", mock_stream, mock_tps, mock_tps)
+          f"{'(pairs: lowest, highest)':>25}   {'1-record txns/s':>16} {'vs mock':>8} "
+          f"{'vs null':>8} {'broker CPU us/txn':>18}")
+    _row("librdkafka mock", mock_stream, (mock_tps, 0.0), mock_tps)
+    null = (0.0, 0.0)
     if run_tiny:
-        with _null_broker() as bootstrap:
-            null_tps = max(tiny_transactions(bootstrap, "tiny", seconds) for _ in range(2))
-        _row("null broker", None, null_tps, mock_tps)
+        server = _null_broker()
+        with server as bootstrap:
+            null = max(tiny_transactions(bootstrap, "tiny", seconds, server.process.pid)
+                       for _ in range(2))
+        _row("null broker", None, null, mock_tps, null)
     for policy in args.policy or ("os", "fsync"):
         with EmbeddedBroker(settings={"log.flush.policy": policy}) as broker:
             streams: tuple[float, float, list[float]] = (0.0, 0.0, [])
-            tps = 0.0
+            tiny = (0.0, 0.0)
             if run_stream:
                 streams = _streams(broker.bootstrap, "stream", count, pairs, fresh_topics=True)
             if run_tiny:
                 _create(broker.bootstrap, "tiny")
-                tps = max(tiny_transactions(broker.bootstrap, "tiny", seconds) for _ in range(2))
-        _row(f"exactly {policy}", streams, tps, mock_tps)
+                assert broker.process is not None
+                tiny = max(tiny_transactions(broker.bootstrap, "tiny", seconds, broker.process.pid)
+                           for _ in range(2))
+        _row(f"exactly {policy}", streams, tiny, mock_tps, null)
 
 
-def _row(name: str, streams: tuple[float, float, list[float]] | None, tps: float,
-         mock_tps: float) -> None:
+def _row(name: str, streams: tuple[float, float, list[float]] | None, tiny: tuple[float, float],
+         mock_tps: float, null: tuple[float, float] = (0.0, 0.0)) -> None:
+    """`tiny`: 1-record transactions per second and the broker's CPU us per transaction (of the
+    better of the two runs); `null`: the same of the null broker."""
+    tps, cpu_us = tiny
     ratio = f"{tps / mock_tps:>7.2f}x" if mock_tps else f"{'-':>8}"
+    ratio += f" {tps / null[0]:>7.2f}x" if null[0] and tps else f" {'-':>8}"
+    ratio += f" {cpu_us:>18.0f}" if cpu_us else f" {'-':>18}"
     if streams is None or not streams[2]:
         left = f"{'-':>17} {'-':>18} {'-':>7} {'':>25}"
     else:

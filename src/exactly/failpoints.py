@@ -180,6 +180,16 @@ def active() -> dict[str, Failpoint]:
     return dict(_parse(os.environ.get(ENV, "")))
 
 
+def listed(point: str) -> bool:
+    """Does EXACTLY_FAILPOINTS name `point` now? Code on a hot path reads this once (per
+    process, connection or driver) and calls `hit` only if so; `hit` itself looks the
+    environment up at every call."""
+    if point not in CATALOGUE and point not in SKIPS:
+        raise ValueError(f"fault point {point!r} is in neither exactly.failpoints.CATALOGUE nor "
+                         "SKIPS: add it there, with a test that fires it")
+    return point in active()
+
+
 def _fire(point: str, count: int | None, known: dict[str, str] = CATALOGUE) -> float:
     """Crash or raise if `point` fires now; the seconds to pause otherwise (0: go on); -1 for
     a skip that fires."""

@@ -37,7 +37,7 @@ from exactly.log.errors import (
 from exactly.log.files import fsync_dir
 from exactly.log.loader import load_producer_state, load_segments
 from exactly.log.markers import Marker, build_marker, parse_marker
-from exactly.log.producer_state import ProducerStateEntry, ProducerStateManager
+from exactly.log.producer_state import ProducerAppend, ProducerStateEntry, ProducerStateManager
 from exactly.log.segment import FileRecords, LogSegment, TornBatch, segment_name
 from exactly.log.txn_index import AbortedTxn
 from exactly.protocol.records import (
@@ -46,6 +46,7 @@ from exactly.protocol.records import (
     ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    OwnBatch,
     RecordBatchError,
     RecordBatchHeader,
     decode_records,
@@ -183,9 +184,7 @@ class PartitionLog:
                     f"batch {len(headers)}: length {h.batch_length} does not fit in the "
                     f"{total - pos} bytes left in the request")
             if h.size > max_size:
-                raise RecordTooLargeError(
-                    f"batch of {h.size} bytes exceeds max.message.bytes={max_size} of "
-                    f"{self.topic}-{self.partition}; send smaller batches or raise max.message.bytes")
+                raise self._too_large(h.size)
             try:
                 h.validate()
             except RecordBatchError as exc:
@@ -208,9 +207,17 @@ class PartitionLog:
         if from_client and "compact" in self.config.cleanup_policy:
             self._require_keys(headers)
         if total > self.config.segment_bytes:
-            raise RecordListTooLargeError(
-                f"{total} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
+            raise self._list_too_large(total)
         return headers
+
+    def _too_large(self, size: int) -> RecordTooLargeError:
+        return RecordTooLargeError(
+            f"batch of {size} bytes exceeds max.message.bytes={self.config.max_message_bytes} of "
+            f"{self.topic}-{self.partition}; send smaller batches or raise max.message.bytes")
+
+    def _list_too_large(self, size: int) -> RecordListTooLargeError:
+        return RecordListTooLargeError(
+            f"{size} bytes of batches exceed segment.bytes={self.config.segment_bytes}")
 
     def _require_keys(self, headers: list[RecordBatchHeader]) -> None:
         """A compacted topic keeps the newest value per key: a record without a key is refused,
@@ -240,22 +247,45 @@ class PartitionLog:
 
         Control batches (transaction markers) are refused unless `allow_control`: clients may not
         write them, only the broker's own coordinators. `marker` is what the one control batch
-        holds when the caller built it (append_marker), which spares decoding it again. A
+        holds when the caller built it, which spares decoding it again. A
         client's batches (`from_client`) to a compacted topic must give every record a key; the
         coordinators' own records always have one, and are not decoded again to check.
         """
         view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
-        headers = self._parse(view, allow_control, from_client)
+        return self._write(view, self._parse(view, allow_control, from_client), now_ms, marker)
+
+    def append_own(self, batch: OwnBatch, *, now_ms: int | None = None,
+                   marker: Marker | None = None) -> AppendResult:
+        """Append one batch this broker built (a coordinator's record, a marker): as `append`
+        does, without parsing it again or checking its CRC, which its builder just computed.
+        Only an OwnBatch takes this path; a client's bytes always go through `append`."""
+        if not isinstance(batch, OwnBatch):
+            raise TypeError(f"append_own takes an OwnBatch the broker built, not "
+                            f"{type(batch).__name__}; a client's batches go through append()")
+        size = batch.header.size
+        if size > self.config.max_message_bytes:
+            raise self._too_large(size)
+        if size > self.config.segment_bytes:
+            raise self._list_too_large(size)
+        return self._write(memoryview(batch.data), [batch.header], now_ms, marker)
+
+    def _write(self, view: memoryview, headers: list[RecordBatchHeader], now_ms: int | None,
+               marker: Marker | None) -> AppendResult:
+        """Assign offsets to the checked `headers` of `view`, update producer state, write."""
         if now_ms is None:
             now_ms = self._now_ms()
         append_time = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else -1
-        staged = self.producer_state.begin()
+        # Producer state is staged only for batches with a producer id: the coordinators' own
+        # records have none, and most appends of a small transaction are theirs.
+        staged: ProducerAppend | None = None
         plan: list[tuple[RecordBatchHeader, int]] = []
         next_offset = self.log_end_offset
         for h in headers:
             base = next_offset
             last = base + h.last_offset_delta
             if h.producer_id >= 0:
+                if staged is None:
+                    staged = self.producer_state.begin()
                 ts = append_time if append_time >= 0 else h.max_timestamp
                 if h.attributes & ATTR_CONTROL:
                     found = marker if marker is not None and len(headers) == 1 else parse_marker(h)
@@ -274,7 +304,11 @@ class PartitionLog:
             plan.append((h, base))
             next_offset = last + 1
 
-        max_ts = append_time if append_time >= 0 else max(h.max_timestamp for h in headers)
+        if append_time >= 0:
+            max_ts = append_time
+        else:
+            max_ts = max(h.max_timestamp for h in headers) if len(headers) > 1 else (
+                headers[0].max_timestamp)
         segment = self._maybe_roll(len(view), next_offset - 1, max_ts, now_ms)
         buffers: list[bytes | bytearray | memoryview] = []
         batches: list[tuple[int, int, int, int]] = []
@@ -294,8 +328,9 @@ class PartitionLog:
                 buffers.append(view[h.position + 16 : h.end])
             batches.append((base, base + h.last_offset_delta + 1, max_ts, h.size))
         segment.append(buffers, batches)
-        for txn in staged.commit():
-            segment.txn_index.append(txn)
+        if staged is not None:
+            for txn in staged.commit():
+                segment.txn_index.append(txn)
         base_offset = plan[0][1]
         self.log_end_offset = self.high_watermark = next_offset
         return AppendResult(base_offset, next_offset - 1, append_time, self.log_start_offset)
@@ -312,10 +347,9 @@ class PartitionLog:
                 f"a marker needs a producer id and epoch, got {producer_id} and {producer_epoch}")
         if now_ms is None:
             now_ms = self._now_ms()
-        data = build_marker(producer_id, producer_epoch, commit=commit,
-                            coordinator_epoch=coordinator_epoch, timestamp=now_ms)
-        return self.append(data, now_ms=now_ms, allow_control=True,
-                           marker=Marker(commit, coordinator_epoch))
+        batch = OwnBatch.of(build_marker(producer_id, producer_epoch, commit=commit,
+                                         coordinator_epoch=coordinator_epoch, timestamp=now_ms))
+        return self.append_own(batch, now_ms=now_ms, marker=Marker(commit, coordinator_epoch))
 
     # -- DeleteRecords (KIP-107) -----------------------------------------------------------
 

@@ -77,10 +77,15 @@ def scan_batches(fd: int, start: int, end: int, *, whole: bool) -> Iterator[tupl
 
 
 def _pwritev_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> int:
+    if len(buffers) <= _IOV_MAX:  # nearly every append: one call, whole
+        want = sum(map(len, buffers))
+        if os.pwritev(fd, buffers, offset) == want:
+            return want
+        # A short write: the loop below writes the same bytes at the same places again.
     total = 0
     for i in range(0, len(buffers), _IOV_MAX):
         chunk = buffers[i : i + _IOV_MAX]
-        want = sum(len(b) for b in chunk)
+        want = sum(map(len, chunk))
         n = os.pwritev(fd, chunk, offset + total)
         if n < want:  # short write: finish byte by byte-range
             rest = memoryview(b"".join(chunk))[n:]

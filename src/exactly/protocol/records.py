@@ -12,6 +12,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import cramjam
 import crc32c
@@ -28,6 +29,7 @@ NO_SEQUENCE = -1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 
 COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = range(5)
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
@@ -317,20 +319,23 @@ def _encode_record(out: bytearray, offset_delta: int, ts_delta: int, rec: Record
     write_varint(body, offset_delta)
     for item in (rec.key, rec.value):
         if item is None:
-            write_varint(body, -1)
+            body.append(1)  # the varint of -1: null
         else:
             write_varint(body, len(item))
             body += item
-    write_varint(body, len(rec.headers))
-    for hkey, hval in rec.headers:
-        kb = hkey.encode()
-        write_varint(body, len(kb))
-        body += kb
-        if hval is None:
-            write_varint(body, -1)
-        else:
-            write_varint(body, len(hval))
-            body += hval
+    if not rec.headers:
+        body.append(0)  # no headers: the coordinators' records, most clients' too
+    else:
+        write_varint(body, len(rec.headers))
+        for hkey, hval in rec.headers:
+            kb = hkey.encode()
+            write_varint(body, len(kb))
+            body += kb
+            if hval is None:
+                body.append(1)
+            else:
+                write_varint(body, len(hval))
+                body += hval
     write_varint(out, len(body))
     out += body
 
@@ -353,22 +358,48 @@ def build_batch(
         raise ValueError("a record batch needs at least one record")
     stamps = [timestamp if r.timestamp < 0 else r.timestamp for r in records]
     base_ts = stamps[0]
-    body = bytearray()
+    # Uncompressed records are encoded straight after the header's room: no copy of the body
+    # (the coordinators' one-record batches, issue 19).
+    buf = bytearray(HEADER_SIZE)
+    body = buf if compression == COMPRESSION_NONE else bytearray()
     for i, (rec, ts) in enumerate(zip(records, stamps, strict=True)):
         _encode_record(body, i, ts - base_ts, rec)
-    payload = compress(compression, bytes(body))
+    if body is not buf:
+        buf += compress(compression, bytes(body))
     attributes = compression
     if transactional:
         attributes |= ATTR_TRANSACTIONAL
     if control:
         attributes |= ATTR_CONTROL
-    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    buf = bytearray(HEADER_SIZE) + payload
-    _HEADER.pack_into(buf, 0, base_offset, batch_length, partition_leader_epoch, MAGIC, 0, attributes,
-                      len(records) - 1, base_ts, max(stamps), producer_id, producer_epoch,
-                      base_sequence, len(records))
-    struct.pack_into(">I", buf, 17, crc32c.crc32c(memoryview(buf)[21:]))
+    _HEADER.pack_into(buf, 0, base_offset, len(buf) - LOG_OVERHEAD, partition_leader_epoch, MAGIC,
+                      0, attributes, len(records) - 1, base_ts, max(stamps), producer_id,
+                      producer_epoch, base_sequence, len(records))
+    _CRC.pack_into(buf, 17, crc32c.crc32c(memoryview(buf)[21:]))
     return bytes(buf)
+
+
+class OwnBatch(NamedTuple):
+    """A batch this broker built itself, with its header: `PartitionLog.append_own` appends it
+    without parsing it again or checking its CRC (issue 19: the coordinators' records and the
+    markers are most of a small transaction's appends). Make one only of bytes a builder here
+    (or log.markers) has just returned, with `OwnBatch.of`; a client's batch never becomes one:
+    it goes through `PartitionLog.append`, which checks everything."""
+
+    data: bytes
+    header: RecordBatchHeader
+
+    @classmethod
+    def of(cls, data: bytes) -> OwnBatch:
+        return cls(data, RecordBatchHeader(data))
+
+
+def build_own_batch(records: Sequence[Record], *, timestamp: int,
+                    producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                    base_sequence: int = NO_SEQUENCE, transactional: bool = False) -> OwnBatch:
+    """`build_batch` for the broker's own records (uncompressed), ready for `append_own`."""
+    return OwnBatch.of(build_batch(records, timestamp=timestamp, producer_id=producer_id,
+                                   producer_epoch=producer_epoch, base_sequence=base_sequence,
+                                   transactional=transactional))
 
 
 def rebuild_batch(header: RecordBatchHeader, records: Sequence[Record]) -> bytes:

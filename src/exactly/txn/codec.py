@@ -15,7 +15,7 @@ We write version 1 and read both. A value of None is a tombstone: the transactio
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from exactly.protocol.primitives import (
     I16,
@@ -41,8 +41,10 @@ class TxnCodecError(ValueError):
     """A `__transaction_state` record that cannot be decoded."""
 
 
-@dataclass(frozen=True, slots=True)
-class TxnLogValue:
+class TxnLogValue(NamedTuple):
+    """One TransactionLogValue. A NamedTuple, not a frozen dataclass: three are made per
+    transaction, and a frozen dataclass sets each of its 13 fields through object.__setattr__."""
+
     producer_id: int
     producer_epoch: int
     txn_timeout_ms: int

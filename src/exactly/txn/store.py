@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from exactly.log.internal_topic import DEFAULT_SEGMENT_BYTES, InternalTopic
-from exactly.protocol.records import Record, build_batch, iter_keys_values
+from exactly.protocol.records import Record, build_own_batch, iter_keys_values
 from exactly.protocol.structs import TopicPartition
 from exactly.txn.codec import TxnLogValue, encode_key, encode_value
 from exactly.txn.state import MAX_EPOCH, TxnMetadata, TxnState
@@ -95,8 +95,8 @@ class TxnLog:
         """Append one batch (atomic) of records for this id; None is a tombstone."""
         key = encode_key(transactional_id)
         records = [Record(key, None if m is None else encode_value(to_value(m))) for m in values]
-        self.log_for(transactional_id).append(build_batch(records, timestamp=now_ms),
-                                              now_ms=now_ms)
+        self.log_for(transactional_id).append_own(build_own_batch(records, timestamp=now_ms),
+                                                  now_ms=now_ms)
 
     def replay(self) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         """(offset, key, value) of every record of every partition, in offset order per

@@ -35,8 +35,14 @@ _Records = bytes | memoryview
 _Checked = tuple[int, ErrorCode, str | None, PartitionLog | None, _Records | None]
 
 
+# Read once per process (EXACTLY_FAILPOINTS is set when a broker starts), not on every Produce:
+# an environment lookup per request was 1.4% of a produce's CPU (issue 19).
+_BEFORE_APPEND = failpoints.listed("produce.before_append")
+
+
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes | None:
-    await failpoints.hit_async("produce.before_append")
+    if _BEFORE_APPEND:
+        await failpoints.hit_async("produce.before_append")
     services = ctx.services
     acks = request.acks
     txn_id = request.transactional_id
