@@ -13,6 +13,14 @@ left, waits for it, and stops: a daemon thread frozen with tasks pending is what
 
 The loop is uvloop's where installed (it is a dependency except on Windows): every blocking
 call is two thread crossings, and uvloop's are the cheaper ones.
+
+Cancellation, the same everywhere in the client (Python 3.11's asyncio has two traps):
+`wait_event` waits with a timeout on `asyncio.timeout`, not `asyncio.wait_for`, which on 3.11
+returns instead of raising when the waiting task is cancelled in the step its awaitable
+completes (fixed in 3.12); `stop_tasks` cancels child tasks and waits for them, swallowing their
+CancelledError but not one of its caller's: `with suppress(CancelledError): await task` swallows
+both, and a close() that was cancelled (by its caller, or by its own bound, `bounded_close`)
+went on as if it had not been.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any, Self, TypeVar
 
 T = TypeVar("T")
@@ -53,6 +61,35 @@ async def bounded_close(what: str, timeout: float | None) -> AsyncIterator[None]
             raise  # a timeout of the goodbyes' own, not the bound
         log.warning("event=close_timed_out client=%r timeout_s=%s: the %s closed without "
                     "finishing its goodbyes", what, timeout, what)
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait until `event` is set or `timeout` seconds pass; a cancellation of the caller always
+    raises (see the module doc: not asyncio.wait_for)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(timeout, 0)):
+            await event.wait()
+
+
+async def stop_tasks(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
+    """Cancel `tasks` (None: no task) and wait until they have ended. Their own ends
+    (CancelledError, or an exception: logged) are swallowed; a cancellation of the caller that
+    arrives meanwhile is raised at once, without waiting further, so that a bound on the caller
+    (`bounded_close`) also stops it when a task does not end. A caller already cancelling (a
+    `finally:` cleaning up after its cancellation) still waits for the tasks."""
+    stopping = [task for task in tasks if task is not None]
+    for task in stopping:
+        task.cancel()
+    current = asyncio.current_task()
+    cancels = current.cancelling() if current is not None else 0
+    for task in stopping:
+        try:
+            await task
+        except asyncio.CancelledError:
+            if current is not None and current.cancelling() > cancels:
+                raise  # the caller's own cancellation, not (only) the task's
+        except Exception:  # the task is over either way
+            log.debug("event=stopped_task_failed task=%r", task, exc_info=True)
 
 
 class LoopThread:

@@ -66,9 +66,11 @@ class BrokerConnection:
                    "ssl_handshake_timeout": connect_timeout_ms / 1000}
         loop = asyncio.get_running_loop()
         try:
-            _, conn._frames = await asyncio.wait_for(
-                loop.create_connection(lambda: _Frames(conn), host, port, **tls),
-                connect_timeout_ms / 1000)
+            # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for returns the
+            # connection to a caller cancelled as it opens, and the caller went on.
+            async with asyncio.timeout(connect_timeout_ms / 1000):
+                _, conn._frames = await loop.create_connection(
+                    lambda: _Frames(conn), host, port, **tls)
         except ssl.SSLError as exc:
             raise AuthenticationError(
                 f"TLS handshake with {host}:{port} failed: {exc}; check ssl.ca.location (the CA "

@@ -29,6 +29,7 @@ from itertools import islice, repeat
 from operator import add
 from typing import Any, NamedTuple
 
+from exactly.client._loop import stop_tasks, wait_event
 from exactly.client.cluster import Cluster, make_request, request_module
 from exactly.client.config import ClientConfig
 from exactly.client.errors import KafkaError
@@ -775,14 +776,9 @@ class Fetcher:
         return out
 
     async def wait_for_data(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._data.wait(), timeout)
+        await wait_event(self._data, timeout)
 
     async def close(self) -> None:
-        tasks = [t for t in [self._task, *self._inflight.values()] if t is not None]
+        tasks = [self._task, *self._inflight.values()]
         self._task = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks(tasks)

@@ -13,12 +13,12 @@ the coordinator until the group is complete, and Fetch responses must not wait b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from exactly.client._loop import stop_tasks, wait_event
 from exactly.client.assignors import (
     ASSIGNORS,
     PROTOCOL_TYPE,
@@ -57,16 +57,6 @@ _REJOIN = {ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation, ErrorC
 _FATAL = {ErrorCode.inconsistent_group_protocol, ErrorCode.group_authorization_failed,
           ErrorCode.invalid_session_timeout, ErrorCode.group_max_size_reached,
           ErrorCode.fenced_instance_id, ErrorCode.invalid_group_id}
-
-
-async def wait_event(event: asyncio.Event, timeout: float) -> None:
-    """Wait until `event` is set or `timeout` seconds pass. Not asyncio.wait_for: on Python 3.11
-    it returns instead of raising when the waiting task is cancelled just as the event is set
-    (fixed in 3.12), so a membership task woken (subscribe, rejoin) as close() cancelled it
-    went on, and close() waited for it."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(max(timeout, 0)):
-            await event.wait()
 
 
 def _ms(value: int) -> datetime.timedelta:
@@ -364,10 +354,7 @@ class GroupMembership:
         """Stop the membership task and leave the group (a static member stays: its session
         timeout ends it, as with Kafka's own clients)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks([task])
         await self._revoke_all()
         if self.member_id and self.group_instance_id is None:
             try:

@@ -46,7 +46,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar
 
-from exactly.client._loop import Blocking, LoopThread
+from exactly.client._loop import Blocking, LoopThread, stop_tasks
 from exactly.client.cluster import (
     COORDINATOR_GROUP,
     COORDINATOR_TRANSACTION,
@@ -555,10 +555,12 @@ class AsyncTransactionSession:
         self._machine.closed = True
         if self._resume_task is not None:
             self._resume_task.cancel()
-        await self._stop_heartbeats()
-        self._producers.clear()
-        if self._owns_cluster:
-            await self._cluster.close()
+        try:
+            await self._stop_heartbeats()
+        finally:  # a close() cancelled while it waits still releases the connections
+            self._producers.clear()
+            if self._owns_cluster:
+                await self._cluster.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -624,9 +626,7 @@ class AsyncTransactionSession:
         task, self._heartbeat_task = self._heartbeat_task, None
         if task is None:
             return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_tasks([task])
         log.debug("event=session_heartbeats_stopped transactional_id=%r", self._txn_id)
 
     async def _heartbeat_loop(self) -> None:

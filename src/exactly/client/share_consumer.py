@@ -11,7 +11,7 @@ one, as Kafka's KafkaShareConsumer does.
 Membership: a task on the client's loop sends ShareGroupHeartbeat (join with epoch 0, then at
 the interval the coordinator gives; leave with epoch -1 on close), whether or not the
 application polls. UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH make it rejoin with epoch 0.
-Leaving stops that task for sure: it waits with `group.wait_event`, not `asyncio.wait_for`,
+Leaving stops that task for sure: it waits with `_loop.wait_event`, not `asyncio.wait_for`,
 which on Python 3.11 drops a cancellation that comes as its awaitable finishes (a subscribe() or
 a rejoin woke the task just as close() cancelled it: close() then waited for it forever), and a
 flag ends its loop even if some other await swallows the cancellation.
@@ -50,7 +50,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, Self
 
-from exactly.client._loop import CLOSE_TIMEOUT_S, Blocking, LoopThread, bounded_close
+from exactly.client._loop import (
+    CLOSE_TIMEOUT_S,
+    Blocking,
+    LoopThread,
+    bounded_close,
+    stop_tasks,
+    wait_event,
+)
 from exactly.client.cluster import Cluster, make_request, request_module
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.errors import (
@@ -62,7 +69,7 @@ from exactly.client.errors import (
     UnsupportedVersionError,
 )
 from exactly.client.fetcher import decode_section
-from exactly.client.group import GroupCoordinatorClient, wait_event
+from exactly.client.group import GroupCoordinatorClient
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.records import (
@@ -324,10 +331,7 @@ class ShareMembership:
     async def leave(self) -> None:
         task, self._task = self._task, None
         self._leaving = True
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks([task])
         if self.member_epoch > _JOIN_EPOCH:
             try:
                 await self.coordinator.send(
