@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import queue
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -113,6 +114,24 @@ class Consumed:
                 f"{self.client_cpu / max(1, self.records) * 1e6:.2f} CPU-us per record")
 
 
+def _results(out: Any, procs: list[Any], timeout: float = 600) -> list[Any]:
+    """One result per process from `out`; a process that died without one (a client library
+    crashing) fails the measure at once instead of leaving it waiting out `timeout`."""
+    results: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=1))
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"consumer processes ended without a result (exit codes "
+                                   f"{dead})" if dead else f"no result in {timeout:.0f} s")
+    return results
+
+
 def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], int], *,
                          isolation: str = "read_uncommitted", processes: int = 2,
                          broker_pid: int | None = None,
@@ -140,7 +159,7 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
     cpu_before = cpu_seconds(broker_pid) if broker_pid else 0.0
     started = time.monotonic()
     go.set()
-    results = [out.get(timeout=600) for _ in procs]
+    results = _results(out, procs)
     cpu = cpu_seconds(broker_pid) - cpu_before if broker_pid else None
     for p in procs:
         p.join()

@@ -9,7 +9,8 @@ Two patterns lost a cancellation, both now in `exactly.client._loop` (`wait_even
 - `with suppress(CancelledError): await task`, stopping a child task, also swallows a
   cancellation of the caller: a close() (or commit) cancelled as it stopped its child went on
   as if it had not been, and close()'s bound (`bounded_close`) did not stop it. A session's
-  close() cancelled there still closes its connections.
+  close() cancelled there still closes its connections, as do a consumer's, a share
+  consumer's and a producer's (`close_in_order`).
 
 Each test cancels the caller in the same step as the thing it waits for ends, through the real
 code paths: a done callback on the child task (or on the real TCP connect) cancels the caller.
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 from exactly.client._loop import stop_tasks, wait_event
-from exactly.client.aio import Consumer, ShareConsumer
+from exactly.client.aio import Consumer, Producer, ShareConsumer
 from exactly.client.connection import BrokerConnection
 from exactly.client.session import AsyncTransactionSession
 from exactly.testing import EmbeddedBroker
@@ -146,13 +147,29 @@ def test_consumer_close_cancelled_as_its_fetcher_ends(broker: EmbeddedBroker) ->
         consumer = Consumer({"bootstrap.servers": broker.bootstrap})
         consumer.assign([("races", 0)])
         await consumer.poll(timeout_ms=10)  # starts the fetcher's task
+        connections = list(consumer._cluster._connections.values())
         closing = asyncio.create_task(consumer.close(timeout=None))
         _cancel_when_done(consumer._fetcher._task, closing)
-        cancelled = await _is_cancelled(closing)
-        await consumer._cluster.close()  # what close() would have done after the fetcher
-        return cancelled
+        return await _is_cancelled(closing), [c.closed for c in connections]
 
-    assert asyncio.run(main())
+    cancelled, closed = asyncio.run(main())
+    assert cancelled and closed and all(closed)  # the connections are closed all the same
+
+
+def test_producer_close_cancelled_as_its_sender_ends(broker: EmbeddedBroker) -> None:
+    """close() cancelled as it stops the sender raises CancelledError, and still closes the
+    producer's connections."""
+    async def main() -> tuple[bool, list[bool]]:
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        await producer.send("races", b"v", partition=0)
+        await producer.flush()
+        connections = list(producer._cluster._connections.values())
+        closing = asyncio.create_task(producer.close())
+        _cancel_when_done(producer._task, closing)
+        return await _is_cancelled(closing), [c.closed for c in connections]
+
+    cancelled, closed = asyncio.run(main())
+    assert cancelled and closed and all(closed)
 
 
 def test_poll_cancelled_as_its_data_arrives(broker: EmbeddedBroker) -> None:

@@ -35,7 +35,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Self, TypeVar
 
 T = TypeVar("T")
@@ -90,6 +90,15 @@ async def stop_tasks(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
                 raise  # the caller's own cancellation, not (only) the task's
         except Exception:  # the task is over either way
             log.debug("event=stopped_task_failed task=%r", task, exc_info=True)
+
+
+async def close_in_order(*closes: Callable[[], Awaitable[object]]) -> None:
+    """Run each close in turn, every one of them even when one fails or the caller is cancelled
+    meanwhile (a cancelled close must not leave sockets open); the first failure is raised once
+    all have run."""
+    async with contextlib.AsyncExitStack() as stack:
+        for close in reversed(closes):
+            stack.push_async_callback(close)
 
 
 class LoopThread:

@@ -17,7 +17,13 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Self
 
-from exactly.client._loop import CLOSE_TIMEOUT_S, Blocking, LoopThread, bounded_close
+from exactly.client._loop import (
+    CLOSE_TIMEOUT_S,
+    Blocking,
+    LoopThread,
+    bounded_close,
+    close_in_order,
+)
 from exactly.client.cluster import Cluster
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.errors import IllegalStateError, KafkaError
@@ -292,10 +298,10 @@ class AsyncConsumer:
                 if self._membership is not None:
                     await self._membership.leave()  # commits on revoke with enable.auto.commit
         finally:
-            await self._fetcher.close()
+            closes = [self._fetcher.close]
             if self._coordinator is not None:
-                await self._coordinator.close()
-            await self._cluster.close()
+                closes.append(self._coordinator.close)
+            await close_in_order(*closes, self._cluster.close)
 
 
 class Consumer(Blocking):

@@ -25,14 +25,13 @@ and returns a future with the concurrent.futures.Future interface.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
-from exactly.client._loop import Blocking, LoopThread
+from exactly.client._loop import Blocking, LoopThread, close_in_order, stop_tasks
 from exactly.client.accumulator import RecordAccumulator
 from exactly.client.batch import (
     CODECS,
@@ -193,15 +192,14 @@ class AsyncProducer:
             self._refuse = IllegalStateError("send() on a closed producer")
             await self._sender.stop(KafkaError("the producer was closed before this record "
                                                "was acknowledged"))
-            if self._task is not None:
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
-            if self._session is not None:
-                self._session.unbind_producer(self)
-                if self._owns_session:
-                    await self._session.close()
-            await self._cluster.close()
+            await close_in_order(lambda: stop_tasks([self._task]), self._leave_session,
+                                 self._cluster.close)
+
+    async def _leave_session(self) -> None:
+        if self._session is not None:
+            self._session.unbind_producer(self)
+            if self._owns_session:
+                await self._session.close()
 
     async def __aenter__(self) -> Self:
         await self.start()

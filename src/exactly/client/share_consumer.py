@@ -55,6 +55,7 @@ from exactly.client._loop import (
     Blocking,
     LoopThread,
     bounded_close,
+    close_in_order,
     stop_tasks,
     wait_event,
 )
@@ -737,8 +738,7 @@ class AsyncShareConsumer:
                         await self._close_session(session)
                 await self._membership.leave()
         finally:
-            await self._coordinator.close()
-            await self._cluster.close()
+            await close_in_order(self._coordinator.close, self._cluster.close)
 
     async def _close_session(self, session: _LeaderSession) -> None:
         """ShareAcknowledge with epoch -1: the broker releases what this member still holds."""
