@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -58,6 +58,15 @@ async def _is_cancelled(task: asyncio.Task[Any]) -> bool:
     done, _ = await asyncio.wait({task}, timeout=20)
     assert done, "the cancelled call did not end in 20 s"
     return task.cancelled()
+
+
+async def _close_cancelled(close: Callable[[], Awaitable[object]], child: asyncio.Task[Any] | None,
+                           connections: list[BrokerConnection]) -> tuple[bool, list[bool]]:
+    """Run `close()`, cancelled in the step `child` ends: whether it ended cancelled, and whether
+    each of `connections` is closed afterwards."""
+    closing = asyncio.create_task(close())
+    _cancel_when_done(child, closing)
+    return await _is_cancelled(closing), [c.closed for c in connections]
 
 
 # -- the helpers, on plain asyncio ----------------------------------------------------------------
@@ -143,14 +152,12 @@ def test_share_consumer_close_cancelled_as_its_membership_task_ends(
 
 
 def test_consumer_close_cancelled_as_its_fetcher_ends(broker: EmbeddedBroker) -> None:
-    async def main() -> bool:
+    async def main() -> tuple[bool, list[bool]]:
         consumer = Consumer({"bootstrap.servers": broker.bootstrap})
         consumer.assign([("races", 0)])
         await consumer.poll(timeout_ms=10)  # starts the fetcher's task
-        connections = list(consumer._cluster._connections.values())
-        closing = asyncio.create_task(consumer.close(timeout=None))
-        _cancel_when_done(consumer._fetcher._task, closing)
-        return await _is_cancelled(closing), [c.closed for c in connections]
+        return await _close_cancelled(lambda: consumer.close(timeout=None), consumer._fetcher._task,
+                                      list(consumer._cluster._connections.values()))
 
     cancelled, closed = asyncio.run(main())
     assert cancelled and closed and all(closed)  # the connections are closed all the same
@@ -163,10 +170,8 @@ def test_producer_close_cancelled_as_its_sender_ends(broker: EmbeddedBroker) -> 
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         await producer.send("races", b"v", partition=0)
         await producer.flush()
-        connections = list(producer._cluster._connections.values())
-        closing = asyncio.create_task(producer.close())
-        _cancel_when_done(producer._task, closing)
-        return await _is_cancelled(closing), [c.closed for c in connections]
+        return await _close_cancelled(producer.close, producer._task,
+                                      list(producer._cluster._connections.values()))
 
     cancelled, closed = asyncio.run(main())
     assert cancelled and closed and all(closed)
@@ -231,10 +236,8 @@ def test_session_close_cancelled_as_its_heartbeat_task_ends(broker: EmbeddedBrok
                                            "transaction.heartbeat.interval.ms": 200})
         await session.initialize()
         await session.begin_transaction()
-        connections = list(session._cluster._connections.values())
-        closing = asyncio.create_task(session.close())
-        _cancel_when_done(session._heartbeat_task, closing)
-        return await _is_cancelled(closing), [c.closed for c in connections]
+        return await _close_cancelled(session.close, session._heartbeat_task,
+                                      list(session._cluster._connections.values()))
 
     cancelled, closed = asyncio.run(main())
     assert cancelled and closed and all(closed)
