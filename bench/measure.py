@@ -8,20 +8,36 @@ what the clients spend.
 librdkafka's default consumer backs off for a second whenever its local queue is full
 (`fetch.queue.backoff.ms` 1000), so an untuned consumer measures that backoff, not the broker;
 the settings below keep it fetching.
+
+`stored_batches` counts the records of each batch a broker stores, with raw Fetch requests: two
+brokers compared on consume must hold the same batches, or they are compared on different data.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import multiprocessing
 import os
 import queue
+import resource
+import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rawclient
+
+from kio.schema.fetch.v4 import request as fetch_v4
+from kio.static.primitive import i32, i64
+from tests.rawclient import RawConnection
+
+from exactly.protocol.apis import ApiKey, build
+from exactly.protocol.records import RecordBatchError, iter_batches
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -76,6 +92,7 @@ def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolatio
     consumer.poll(0)  # the statistics so far: what comes before the start is not counted
     fetches_before, rx_before = _fetches(last[0])
     cpu_before = time.process_time()  # every thread of this process, finer than /proc's ticks
+    usage_before = resource.getrusage(resource.RUSAGE_SELF)
     partitions = [TopicPartition(t, p, OFFSET_BEGINNING) for t, p in assignment]
     consumer.assign(partitions)
     got = size = 0
@@ -87,11 +104,14 @@ def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolatio
                 got += 1
                 size += len(m.value() or b"")
     done, cpu = time.monotonic(), time.process_time() - cpu_before
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     consumer.pause(partitions)  # no more fetches: at most the one in flight is counted
     time.sleep(0.25)  # statistics taken since, which cover the whole read
     consumer.poll(0)
     fetches, rx = _fetches(last[0])
-    out.put((got, size, done, cpu, fetches - fetches_before, rx - rx_before))
+    out.put((got, size, done, cpu, fetches - fetches_before, rx - rx_before,
+             usage.ru_stime - usage_before.ru_stime, usage.ru_minflt - usage_before.ru_minflt,
+             usage.ru_maxrss / 1024))
     consumer.close()
 
 
@@ -104,14 +124,21 @@ class Consumed:
     client_cpu: float = 0.0  # CPU seconds of the consumer processes, all together
     fetches: int = 0  # Fetch requests the consumers sent (librdkafka's statistics)
     received: int = 0  # bytes the consumers received (Fetch answers and all)
+    client_sys: float = 0.0  # of client_cpu, the kernel's part (page faults, socket reads)
+    minor_faults: int = 0  # the consumers' page faults while reading: memory they grew into
+    peak_rss_mib: float = 0.0  # the largest consumer process's peak RSS
 
     def per_fetch(self) -> str:
         """What the consumers got per Fetch request, and spent per record: the figures load
         does not distort (compare them between brokers, not the throughput)."""
         n = max(1, self.fetches)
+        records = max(1, self.records)
         return (f"{self.fetches} fetches, {self.records / n:,.0f} records and "
                 f"{self.received / n / 1e3:,.1f} kB per fetch, consumers "
-                f"{self.client_cpu / max(1, self.records) * 1e6:.2f} CPU-us per record")
+                f"{self.client_cpu / records * 1e6:.2f} CPU-us per record "
+                f"({self.client_sys / records * 1e6:.2f} system), "
+                f"{self.minor_faults / records * 1e3:.1f} page faults per 1000 records, "
+                f"peak RSS {self.peak_rss_mib:.0f} MiB")
 
 
 def _results(out: Any, procs: list[Any], timeout: float = 600) -> list[Any]:
@@ -167,4 +194,56 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
     return Consumed(sum(r[0] for r in results), moved, max(r[2] for r in results) - started,
                     None if cpu is None else cpu / (moved / 1e9),
                     client_cpu=sum(r[3] for r in results), fetches=sum(r[4] for r in results),
-                    received=sum(r[5] for r in results))
+                    received=sum(r[5] for r in results), client_sys=sum(r[6] for r in results),
+                    minor_faults=sum(r[7] for r in results),
+                    peak_rss_mib=max(r[8] for r in results))
+
+
+def stored_batches(bootstrap: str, partitions: Iterable[tuple[str, int]]) -> Counter[int]:
+    """How many records each stored batch holds (records per batch -> batches), read with raw
+    Fetch v4 requests from offset 0 to the high watermark of each partition: what the broker
+    keeps, which the consumers' statistics do not show. Fetch v4 because both Exactly and
+    librdkafka's mock answer it, without topic ids. Control batches are not counted."""
+    host, port = bootstrap.rsplit(":", 1)
+    sizes: Counter[int] = Counter()
+    conn = RawConnection(host, int(port), timeout=30)
+    try:
+        for topic, partition in partitions:
+            offset, high = 0, None
+            while high is None or offset < high:
+                answer = conn.request(
+                    ApiKey.FETCH, 4, max_wait=datetime.timedelta(0), min_bytes=i32(0),
+                    max_bytes=i32(8 << 20), topics=(build(
+                        fetch_v4.FetchTopic, topic=topic, partitions=(fetch_v4.FetchPartition(
+                            partition=i32(partition), fetch_offset=i64(offset),
+                            partition_max_bytes=i32(8 << 20)),)),))
+                data = answer.responses[0].partitions[0]
+                if data.error_code:
+                    raise RuntimeError(f"Fetch {topic}-{partition} at {offset}: error "
+                                       f"{data.error_code}")
+                high, before = data.high_watermark, offset
+                try:
+                    for batch in iter_batches(data.records or b""):
+                        if batch.last_offset < offset:
+                            continue  # a batch the fetch offset falls in, answered whole
+                        if not batch.attributes & 0x20:  # 0x20: a control batch
+                            sizes[batch.records_count] += 1
+                        offset = batch.last_offset + 1
+                except RecordBatchError:
+                    pass  # the answer ends in a partial batch (at its byte limit): fetch again
+                if offset == before and offset < high:
+                    raise RuntimeError(f"Fetch {topic}-{partition} at {offset} made no progress "
+                                       f"(high watermark {high})")
+    finally:
+        conn.close()
+    return sizes
+
+
+def describe_batches(sizes: Counter[int]) -> str:
+    """Records per stored batch in a line: the mean and the most common sizes."""
+    batches = sum(sizes.values())
+    records = sum(n * k for n, k in sizes.items())
+    common = sorted(sizes.items(), key=lambda x: -x[1])
+    shown = ", ".join(f"{n}x{k}" for n, k in common[:4]) + (", ..." if len(common) > 4 else "")
+    return (f"{batches} batches, {records / max(1, batches):,.1f} records per batch "
+            f"(records x batches: {shown})")

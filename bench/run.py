@@ -9,17 +9,42 @@ The consumers are tuned as a throughput user tunes them and run in `--consumers`
 (bench/measure.py): one untuned librdkafka consumer measures its own backoff, not the broker.
 Beside each of Exactly's figures, the broker's CPU seconds per GB moved (from /proc); the mock
 runs inside the benchmark's own process, so it has none. Below each workload's rows, per target,
-what load does not distort: the consumers' Fetch requests, records and bytes per answer, and
-their CPU per record. (librdkafka's mock answers one stored batch per partition per Fetch;
+what load does not distort: the consumers' Fetch requests, records and bytes per answer, their
+CPU per record (and its system part), their page faults per 1000 records and their peak RSS.
+(librdkafka's mock answers one stored batch per partition per Fetch;
 Exactly, as Kafka, fills each answer up to the request's limits.)
 
 `--max-partition-fetch-bytes` sets the consumers' max.partition.fetch.bytes (10 MiB by default):
 a consumer reading 100-byte records waits for the whole first answer before its first record,
 and with 10 MiB per partition that answer holds everything (tens of MB), where the mock answers
 one stored batch per partition; 262144 lets the consumers start after 2 MB (the mock's answers
-are below that either way).
+are below that either way). `--fetch-max-bytes` sets fetch.max.bytes, the limit of a whole
+answer (50 MB by default).
+
+`--same-batches [N]` makes the producer write the same data into both targets: by default its
+batches close as answers come back, at different moments against different brokers (about 590
+records per 100 B batch on Exactly, 800 on the mock), so the consume figures would compare
+different data. With it, linger.ms is long and batch.num.messages is N (800 by default), so
+every batch closes full at N records (but the last of each partition, closed by flush, and the
+warm-up's one-record batches); the records are dealt to the partitions round robin, so both
+targets store the same records in the same places. The run then alternates the mock and
+Exactly (`os` only: the flush policy does not change what is read) `--repeat` times, prints
+every run, and below each, the records per batch as stored, counted with raw Fetch requests
+(bench/measure.py `stored_batches`), to show they are equal.
+
+What it showed (100 B, identical batches of 800): the data being equal, the answers still are
+not. The mock answers one batch per partition (about 1.3 MB, 12k records); Exactly fills the
+answer to the consumers' limits (12-16 MB, 110-150k records). librdkafka holds a whole answer's
+receive buffer and a message per record until the application takes them, so with the big
+answers its broker thread keeps growing into fresh memory: twice the page faults per record
+(sysmalloc and the socket copy), more system CPU: 0.8-0.93 against 0.66-0.8 CPU-us per record
+(more under load, which makes page faults dearer). With
+`--max-partition-fetch-bytes 90000` (one batch per partition, the mock's layout) the answers are
+the same on both and so are the consumers' CPU per record and page faults.
 
     .venv/bin/python bench/run.py [--quick] [--consumers N] [--max-partition-fetch-bytes N]
+    .venv/bin/python bench/run.py --same-batches [N] [--workload 100B] [--repeat 3]
+        [--max-partition-fetch-bytes 90000]
 """
 
 from __future__ import annotations
@@ -30,16 +55,18 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from measure import TUNED_CONSUMER, consume_in_processes, measure
+from measure import TUNED_CONSUMER, consume_in_processes, describe_batches, measure, stored_batches
 
 from exactly.testing import EmbeddedBroker
 
 PARTITIONS = 4  # what the mock cluster gives an auto-created topic
 TOPICS = 8  # spread over several topics: the mock keeps at most 5 MiB per partition
 CONSUMER = dict(TUNED_CONSUMER)  # the consumers' settings (--max-partition-fetch-bytes)
+PRODUCER: dict[str, object] = {}  # settings over the producer's defaults (--same-batches)
 
 
 @dataclass
@@ -55,6 +82,7 @@ class Result:
     mb_per_s: float
     cpu_per_gb: float | None = None  # the broker's CPU seconds per GB; None for the mock
     detail: str = ""  # consume: Fetch requests, what each answer carried, consumers' CPU
+    stored: str = ""  # records per batch as stored (--same-batches)
 
 
 def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Counter,
@@ -63,7 +91,7 @@ def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Count
     (the warm-up's too, which the consumers read)."""
     # librdkafka's defaults otherwise: raising linger.ms or the queue size makes its idempotent
     # producer slower against any broker, the mock included.
-    producer = Producer({**bootstrap_conf, "enable.idempotence": True, "acks": "all"})
+    producer = Producer({**bootstrap_conf, "enable.idempotence": True, "acks": "all", **PRODUCER})
     payload = os.urandom(w.size)
     errors = []
 
@@ -76,15 +104,16 @@ def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Count
     # Warm up: the idempotent producer gets its producer id asynchronously, which would
     # otherwise put a fixed start-up wait into the timing.
     for topic in topics:
-        producer.produce(topic, b"warm-up", on_delivery=on_delivery)
+        producer.produce(topic, b"warm-up", on_delivery=on_delivery, **_partition(0, topics))
     producer.flush(30)
 
     def send_all() -> int:
         for i in range(w.count):
             topic = topics[i % len(topics)]
+            where = _partition(i, topics)
             while True:
                 try:
-                    producer.produce(topic, payload, on_delivery=on_delivery)
+                    producer.produce(topic, payload, on_delivery=on_delivery, **where)
                     break
                 except BufferError:
                     producer.poll(0.001)
@@ -95,6 +124,12 @@ def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Count
 
     mbs, wall, cpu = measure(pid, send_all)
     return Result(w.count / wall, mbs, cpu)
+
+
+def _partition(i: int, topics: list[str]) -> dict[str, Any]:
+    """With --same-batches, record i goes to a fixed partition, round robin, so that both targets
+    store the same records in the same partitions; otherwise the partitioner decides."""
+    return {"partition": i // len(topics) % PARTITIONS} if PRODUCER else {}
 
 
 class ShortRead(RuntimeError):
@@ -118,7 +153,10 @@ def _run(pid: int | None, conf: dict, topics: list[str], w: Workload, consumers:
          ) -> tuple[Result, Result]:
     placed: Counter = Counter()
     produced = _produce(conf, topics, w, placed, pid)
-    return produced, _consume(conf, placed, consumers, pid, w)
+    consumed = _consume(conf, placed, consumers, pid, w)
+    if PRODUCER:
+        consumed.stored = describe_batches(stored_batches(conf["bootstrap.servers"], placed))
+    return produced, consumed
 
 
 def _create_topics(bootstrap_conf: dict, topics: list[str]) -> None:
@@ -200,12 +238,27 @@ def main() -> None:
     parser.add_argument("--max-partition-fetch-bytes", type=int,
                         default=TUNED_CONSUMER["max.partition.fetch.bytes"],
                         help="the consumers' max.partition.fetch.bytes")
+    parser.add_argument("--fetch-max-bytes", type=int, default=TUNED_CONSUMER["fetch.max.bytes"],
+                        help="the consumers' fetch.max.bytes: the limit of a whole answer")
+    parser.add_argument("--same-batches", type=int, nargs="?", const=800, metavar="N",
+                        help="identical stored batches of N records (800) on both targets; "
+                             "alternates the mock and Exactly os, every run printed")
+    parser.add_argument("--workload", choices=("100B", "1KiB"), help="only this workload")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     # The mock drops data past 5 MiB per partition (its overhead included): 3 to 4 MiB each.
-    workloads = [Workload("100B", 100, 900_000 // scale),
-                 Workload("1KiB", 1024, 64_000 // scale)]
+    workloads = [w for w in (Workload("100B", 100, 900_000 // scale),
+                             Workload("1KiB", 1024, 64_000 // scale))
+                 if args.workload in (None, w.name)]
     CONSUMER["max.partition.fetch.bytes"] = args.max_partition_fetch_bytes
+    CONSUMER["fetch.max.bytes"] = args.fetch_max_bytes
+    if args.same_batches:
+        # A batch closes at N records, long before linger.ms; flush() sends the rest at once.
+        PRODUCER.update({"linger.ms": 5000,
+                         "batch.num.messages": args.same_batches,
+                         "batch.size": 16_000_000})
+        same_batches(workloads, args.repeat, args.consumers)
+        return
     print(f"{args.consumers} consumer processes ({CONSUMER}); CPU: the broker's CPU seconds "
           "per GB")
     print(f"{'workload':<9} {'target':<16} {'produce msg/s':>14} {'MB/s':>7} {'ratio':>6} "
@@ -226,6 +279,23 @@ def main() -> None:
                   f"{_ratio(c, mock_c)} {_cpu(c)}   {rss_text:>9}", flush=True)
         for target, _p, c, _rss in rows:
             print(f"{'':<9} {target:<16} consume: {c.detail}", flush=True)
+
+
+def same_batches(workloads: list[Workload], repeat: int, consumers: int) -> None:
+    """The mock and Exactly (os) alternately, `repeat` times each, on identical stored batches:
+    every run's consume figures, the ratio to the mock run just before, and what was stored."""
+    print(f"{consumers} consumer processes ({CONSUMER}); producer {PRODUCER}; CPU: the broker's "
+          "CPU seconds per GB")
+    print(f"{'workload':<9} {'run':>3} {'target':<16} {'consume msg/s':>14} {'MB/s':>7} "
+          f"{'ratio':>6} {'CPU':>6}   consumers, stored batches")
+    for w in workloads:
+        for i in range(repeat):
+            _p, mock = run_mock(w, consumers)
+            _p, exactly, _rss = run_exactly(w, "os", consumers)
+            for target, c in (("librdkafka mock", mock), ("exactly os", exactly)):
+                print(f"{w.name:<9} {i + 1:>3} {target:<16} {c.msgs_per_s:>14,.0f} "
+                      f"{c.mb_per_s:>7.1f} {_ratio(c, mock)} {_cpu(c)}   {c.detail}\n"
+                      f"{'':<31} stored: {c.stored}", flush=True)
 
 
 def _ratio(r: Result, mock: Result) -> str:
