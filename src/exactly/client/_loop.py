@@ -131,7 +131,9 @@ class LoopThread:
             coro.close()
             raise RuntimeError("a blocking client call was made from the client's own event loop; "
                                "use the asyncio API (exactly.client.aio) there")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        call = _Call(coro)
+        self.loop.call_soon_threadsafe(call.start)
+        return call.wait(timeout)
 
     # -- clean-up of what the application did not close -----------------------------------------
 
@@ -190,6 +192,53 @@ class LoopThread:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+
+
+class _Call:
+    """One blocking call's trip to the loop and back (issue 19), leaner than
+    asyncio.run_coroutine_threadsafe: one callback woken on the loop creates the task, and the
+    task itself releases a lock the caller waits on when its coroutine ends. No
+    concurrent.futures.Future chained to an asyncio one (their done callbacks, a Condition taken
+    by both threads), no extra loop turn for the task's done callback. As with
+    run_coroutine_threadsafe, a caller that stops waiting (timeout) leaves the coroutine running;
+    a cancelled coroutine raises concurrent.futures.CancelledError in the caller."""
+
+    __slots__ = ("_coro", "_done", "_error", "_result", "_task")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self._coro: Coroutine[Any, Any, Any] | None = coro
+        self._done = threading.Lock()
+        self._done.acquire()  # released once the coroutine has ended
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps tasks weakly
+
+    def start(self) -> None:
+        """On the loop thread."""
+        self._task = asyncio.get_running_loop().create_task(self._main())
+
+    async def _main(self) -> None:
+        assert self._coro is not None
+        coro, self._coro = self._coro, None
+        try:
+            self._result = await coro
+        except BaseException as exc:
+            self._error = exc
+            if not isinstance(exc, Exception | asyncio.CancelledError):
+                raise  # KeyboardInterrupt, SystemExit: the loop's too, as asyncio does
+        finally:
+            self._done.release()
+
+    def wait(self, timeout: float | None) -> Any:
+        """In the caller's thread: the coroutine's result, or its exception raised here."""
+        if not self._done.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            raise TimeoutError(f"the client's loop did not finish the call within {timeout} s")
+        error, self._error = self._error, None  # no cycle through the traceback
+        if error is None:
+            return self._result
+        if isinstance(error, asyncio.CancelledError):
+            raise concurrent.futures.CancelledError() from None
+        raise error
 
 
 class Blocking:

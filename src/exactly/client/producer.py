@@ -335,16 +335,22 @@ class AsyncProducer:
     def _wake_at(self, due: float) -> None:
         """A new batch lingers until `due` (time.monotonic()): the sender need not look before
         (callable from any thread). No trip to the loop at all when the sender is due to look
-        by then anyway (issue 19: the blocking send() of a transaction after the first). With
-        transaction version 1 the sender looks now: it adds the partition to the transaction."""
+        by then anyway (issue 19: the blocking send() of a transaction after the first).
+
+        With transaction version 1 the asyncio producer's sender looks now: it adds the
+        partition to the transaction (AddPartitionsToTxn) while the caller goes on to commit.
+        The blocking send() does not wake the loop thread for it: the commit's flush sends it
+        (Sender.send_now) in the same trip to the loop, or the linger timer's step does; a
+        1-record transaction then crosses to the loop thread once, not twice (issue 19)."""
+        loop = self._loop
+        on_loop = threading.get_ident() == self._loop_thread
         session = self._session
-        if session is not None and not session.uses_transaction_v2:
+        if on_loop and session is not None and not session.uses_transaction_v2:
             self._wake()
             return
-        loop = self._loop
         if loop is None or self._sender.looks_by(due):
             return
-        if threading.get_ident() == self._loop_thread:
+        if on_loop:
             self._sender.wake_at(due)
         else:
             loop.call_soon_threadsafe(self._sender.wake_at, due)
