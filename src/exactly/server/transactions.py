@@ -20,63 +20,27 @@ written page at any moment and only a completed sync orders anything:
    restart take the partitions' open data for an orphan and abort a committed transaction (the
    power-cut test shows it with the round left out, fault point `txn.markers.sync=skip`).
    CompleteX itself is not waited for: the next record of the id, in the same file, is
-   appended after it and synced with it (the first Produce into a partition, a Produce that
-   adds a partition, an EndTxn), and until then the durable PrepareX rolls forward to the same
-   end.
+   appended after it and synced with it (an AddPartitionsToTxn, a Produce that adds a
+   partition, an EndTxn), and until then the durable PrepareX rolls forward to the same end.
 
-An older client (transaction version 1: AddPartitionsToTxn, Produce, EndTxn, each sent after
-the previous answer) waits for two rounds, not three: its AddPartitionsToTxn is answered once
-the Ongoing record holding the partition is written, not synced, and the first Produce of the
-transaction into that partition is answered only after a round that syncs the data and that
-record's `__transaction_state` partition together (`verify_write` notes it, the Produce adds it
-to its round: one round, the files in parallel). EndTxn's PrepareX round covers it as well. The
-markers' round follows while the client turns around. This holds only when every transactional
-write into the partition is verified with the coordinator (KIP-890,
-`transaction.partition.verification.enable`, on by default) and only Produce writes there
-(`add_needs_sync`); otherwise AddPartitionsToTxn waits for its round as before. Why a power cut
-anywhere keeps DESIGN's invariants 1, 3 and 7:
-
-- Before the Produce is answered nothing of the transaction in that partition was acknowledged
-  as durable: the AddPartitionsToTxn answer only lets the client write there.
-- Cut before the data reached the disk, with the Ongoing record lost: nothing is open anywhere.
-  The client's retried Produce fails verification (INVALID_TXN_STATE: the restarted coordinator
-  does not hold the partition) and nothing is written; its EndTxn fails too, or aborts what the
-  coordinator still holds. The client aborts or starts over with InitProducerId. (If the page
-  cache wrote the Ongoing record back on its own, the transaction simply goes on.)
-- Cut with the data on disk and the Ongoing record lost (the two files are written back in any
-  order): the partition holds an open transaction no coordinator knows. `recover`, which runs at
-  every start, aborts it (an orphan), so the LSO moves on (invariant 7); the data was never
-  acknowledged (invariant 1), and an aborted transaction's records are never read committed
-  (invariant 3). The client's retried Produce then fails verification as above, so it cannot be
-  answered as a duplicate of the aborted batch. (A client that added the same partition again
-  after that restart and then retried the batch would be answered with the aborted batch's
-  offset; no client adds a partition twice in one transaction: librdkafka, the Java client,
-  aiokafka and Exactly's client keep the partitions added. A transaction version 2 Produce does
-  add its partition itself, every retry again: that is why the partitions it adds are synced
-  before its data is appended, `sync_added_partitions`.)
-- Cut after the Produce was answered: its round made the data and the Ongoing record durable,
-  so after the restart the coordinator holds the partition and the client's EndTxn commits it.
-- The other records of the id keep their order: CompleteX, then Ongoing, then PrepareX are
-  appended to one file in that order, and a restart keeps a prefix of it (log recovery
-  truncates at the first batch that did not survive), so a durable Ongoing never follows a lost
-  CompleteX, and a durable PrepareX still rolls forward.
-
-So a 1-partition transaction of an older client syncs four files in three rounds, two of them on
-its answers' path. Concurrent transactions share rounds, coordinator records and data alike.
+So a 1-partition transaction of an older client (AddPartitionsToTxn, Produce, EndTxn) syncs four
+times, three of them on its answers' path (its Ongoing record, its data, PrepareX) and the
+markers' round while the client turns around; every one of those answers promises what it
+acknowledged is on disk, so none of the three can be left for a later round. Concurrent
+transactions share rounds, coordinator records and data alike.
 
 EndTxn is answered once the decision is durable, as in Apache Kafka: the outcome is fixed from
 then on (a restart rolls it forward), and the markers follow in a task of their own, which the
-driver owns (or, when nothing in writing them can wait: the `os` policy and no fault point
-armed, in a callback run right after the answer, which spares the task). While a transaction's
-markers are being written, requests for its transactional id wait for them
-(`wait_for_markers`) instead of answering CONCURRENT_TRANSACTIONS, which clients back off on.
+driver owns. While a transaction's markers are being written, requests for its transactional id
+wait for them (`wait_for_markers`) instead of answering CONCURRENT_TRANSACTIONS, which clients
+back off on.
 
 The driver also holds the produce side of KIP-890 (`verify_write`): a transactional batch goes
 only into a partition of its producer's ongoing transaction, added implicitly by a transaction
 version 2 client, or verified with the coordinator for an older one.
 
 Fault points (exactly.failpoints): txn.after_prepare, txn.before_markers, txn.after_markers;
-txn.markers.sync (skip). EXACTLY_FAILPOINTS is read when the driver is made.
+txn.markers.sync (skip).
 """
 
 from __future__ import annotations
@@ -91,21 +55,12 @@ from exactly.log import LogManager, PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.structs import TopicPartition
-from exactly.server.appends import FSYNC, AppendService
+from exactly.server.appends import AppendService
 from exactly.share.coordinator import ShareCoordinator
 from exactly.share.state_store import SHARE_STATE_TOPIC
 from exactly.txn import TransactionCoordinator, TxnMarkers
 
 log = logging.getLogger("exactly.transactions")
-
-# Partitions that requests other than Produce write into (TxnOffsetCommit, TxnShareAcknowledge).
-_WRITTEN_BY_OTHERS = frozenset({OFFSETS_TOPIC, SHARE_STATE_TOPIC})
-
-# The fault points of this module: EXACTLY_FAILPOINTS is read once, when the driver is made (a
-# check per hit costs an environment lookup on every transaction).
-_FAULT_POINTS = frozenset({"txn.after_prepare", "txn.before_markers", "txn.after_markers",
-                           "txn.markers.sync"})
-
 
 class TransactionDriver:
     def __init__(self, *, coordinator: TransactionCoordinator, groups: GroupCoordinator,
@@ -124,13 +79,6 @@ class TransactionDriver:
         self._markers_in_progress: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()  # markers after an EndTxn answer
         self._added: set[PartitionLog] = set()  # transaction logs owed a sync (verify_write)
-        # Transaction logs whose Ongoing record a Produce's own sync round must cover (a
-        # transaction version 1 partition, verified by `verify_write`; `add_needs_sync`).
-        self._owed: list[PartitionLog] = []
-        self._fault_points = bool(_FAULT_POINTS & failpoints.active().keys())
-        # Nothing in writing markers can wait (no sync, no pause): they are written by a plain
-        # callback right after the EndTxn answer, without the cost of a task.
-        self._markers_inline = appends.flush_policy != FSYNC and not self._fault_points
 
     # -- waiting for markers ----------------------------------------------------------------
 
@@ -165,36 +113,19 @@ class TransactionDriver:
                 self._added.add(self.coordinator.log_for(transactional_id))
             return error
         if self.verification_enabled:
-            error = self.coordinator.verify_partitions(transactional_id, producer_id,
-                                                       producer_epoch, [tp])[tp]
-            if error == ErrorCode.none:
-                # The first write of the transaction here: its answer must find the partition's
-                # Ongoing record durable (`add_needs_sync`).
-                self._owed.append(self.coordinator.log_for(transactional_id))
-            return error
+            return self.coordinator.verify_partitions(transactional_id, producer_id,
+                                                      producer_epoch, [tp])[tp]
         return ErrorCode.none
 
-    def add_needs_sync(self, partitions: Iterable[tuple[str, int]]) -> bool:
-        """Must the answer to AddPartitionsToTxn (transaction version 1) of `partitions` wait
-        for its Ongoing record to be durable? Not when every write into them is verified
-        (KIP-890) and so answered only once a sync round has covered that record too (see the
-        module's docstring); the partitions of `__consumer_offsets` and `__share_group_state`
-        are written by other requests, which do not take that care."""
-        return not self.verification_enabled or any(
-            topic in _WRITTEN_BY_OTHERS for topic, _ in partitions)
-
-    def sync_added_partitions(self) -> list[PartitionLog]:
-        """Called by a Produce request once, after checking all its partitions and before it
-        appends any: makes durable the partitions `verify_write` added (transaction version 2;
-        a blocking sync of their transaction logs under the fsync policy, one for all the
-        partitions the request adds), so that the coordinator knows a partition before its
-        data can be on disk. Returns the transaction logs whose Ongoing records the request's
-        own sync round must cover (transaction version 1, `add_needs_sync`)."""
+    def sync_added_partitions(self) -> None:
+        """Make durable the partitions `verify_write` added since the last call (a blocking sync
+        of their transaction logs under the fsync policy), before their data is appended: the
+        coordinator must know a partition before its data can be on disk, or a power cut could
+        leave data of a transaction nobody will end. A Produce request calls it once, after
+        checking all its partitions: one sync for all the partitions it adds."""
         added, self._added = self._added, set()
         for plog in added:
             self.appends.sync_now(plog)
-        owed, self._owed = self._owed, []
-        return owed
 
     # -- finishing transactions ---------------------------------------------------------------
 
@@ -231,8 +162,7 @@ class TransactionDriver:
         done = self._markers_pending(markers.transactional_id)
         try:
             await self.appends.sync([self.coordinator.log_for(markers.transactional_id)])
-            if self._fault_points:
-                failpoints.hit("txn.after_prepare")
+            failpoints.hit("txn.after_prepare")
             return await self._write_and_complete(markers)
         finally:
             self._markers_done(markers.transactional_id, done)
@@ -246,11 +176,7 @@ class TransactionDriver:
         except BaseException:
             self._markers_done(markers.transactional_id, done)
             raise
-        if self._fault_points:
-            failpoints.hit("txn.after_prepare")
-        if self._markers_inline:
-            asyncio.get_running_loop().call_soon(self._finish_inline, markers, done)
-            return
+        failpoints.hit("txn.after_prepare")
         task = asyncio.create_task(self._finish_in_background(markers, done))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -293,7 +219,6 @@ class TransactionDriver:
 
     async def stop(self, timeout: float = 10) -> None:
         """Let the markers of answered commits land rather than leave them to recovery."""
-        await asyncio.sleep(0)  # markers written inline: their callbacks are due now
         if self._background:
             _, late = await asyncio.wait(set(self._background), timeout=timeout)
             for task in late:
@@ -301,49 +226,24 @@ class TransactionDriver:
 
     async def _finish_in_background(self, markers: TxnMarkers, done: asyncio.Event) -> None:
         try:
-            if self._fault_points:
-                await failpoints.hit_async("txn.before_markers")
+            await failpoints.hit_async("txn.before_markers")
             await self._write_and_complete(markers)
-        except Exception:  # noqa: BLE001 - logged, with its traceback, by _not_written
-            self._not_written(markers)
+        except Exception:
+            # The decision is durable: the next start rolls it forward. Until then the
+            # transaction stays in PrepareX and requests for it answer CONCURRENT_TRANSACTIONS.
+            log.exception("markers of transaction %r (producer %d) not written; a restart rolls "
+                          "it forward", markers.transactional_id, markers.producer_id)
         finally:
             self._markers_done(markers.transactional_id, done)
-
-    def _finish_inline(self, markers: TxnMarkers, done: asyncio.Event) -> None:
-        """`_finish_in_background` when nothing in it can wait (`_markers_inline`)."""
-        try:
-            self._write_markers_of(markers)
-            self._complete(markers)
-        except Exception:  # noqa: BLE001 - logged, with its traceback, by _not_written
-            self._not_written(markers)
-        finally:
-            self._markers_done(markers.transactional_id, done)
-
-    @staticmethod
-    def _not_written(markers: TxnMarkers) -> None:
-        # The decision is durable: the next start rolls it forward. Until then the transaction
-        # stays in PrepareX and requests for it answer CONCURRENT_TRANSACTIONS.
-        log.exception("markers of transaction %r (producer %d) not written; a restart rolls it "
-                      "forward", markers.transactional_id, markers.producer_id)
 
     async def _write_and_complete(self, markers: TxnMarkers) -> tuple[int, int]:
-        written = self._write_markers_of(markers)
-        # A test's way to break step 3's order.
-        if not (self._fault_points and failpoints.skip("txn.markers.sync")):
-            await self.appends.sync(written)
-        return self._complete(markers)
-
-    def _write_markers_of(self, markers: TxnMarkers) -> list[PartitionLog]:
         _, written = self.write_markers(markers.producer_id, markers.producer_epoch,
                                         commit=markers.commit,
                                         coordinator_epoch=markers.coordinator_epoch,
                                         partitions=markers.partitions)
-        return written
-
-    def _complete(self, markers: TxnMarkers) -> tuple[int, int]:
-        """CompleteX, once the markers are durable."""
-        if self._fault_points:
-            failpoints.hit("txn.after_markers")
+        if not failpoints.skip("txn.markers.sync"):  # a test's way to break step 3's order
+            await self.appends.sync(written)
+        failpoints.hit("txn.after_markers")
         result = self.coordinator.markers_written(markers.transactional_id, self.clock())
         log.debug("transaction %r of producer %d epoch %d %s in %d partition(s)",
                   markers.transactional_id, markers.producer_id, markers.producer_epoch,

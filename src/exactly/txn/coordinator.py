@@ -9,9 +9,7 @@ KeepPreparedTxn: a second producer id/epoch pair, its rules in `two_phase.py`), 
 (a session timeout announced with InitProducerId v7, kept alive by TxnHeartbeat; the tick aborts
 an Ongoing transaction whose producer went silent, never a 2PC one). Every call that
 changes state appends its record(s) to `__transaction_state` before it returns; the caller makes
-that durable (`log_for(transactional_id)`) before it answers the client (AddPartitionsToTxn's
-record may instead be made durable with the data written into the partition, before that write
-is answered: server/transactions.py says when and why). The states, the events
+that durable (`log_for(transactional_id)`) before it answers the client. The states, the events
 that move them and the rules that must never break are in state.py.
 
 As Apache Kafka's TransactionCoordinator, it holds its collaborators by name: the
@@ -454,7 +452,7 @@ class TransactionCoordinator:
         if not meta.state.is_prepare:
             raise TxnStateError(f"markers written for transactional id {transactional_id!r} in "
                                 f"state {meta.state.display_name}")
-        done = _completed(meta, now_ms)  # which makes its own copy
+        done = _completed(meta.copy(), now_ms)
         self.state_manager.commit(done, transactional_id=transactional_id, now_ms=now_ms)
         log.debug("event=txn_complete transactional_id=%r state=%s producer_id=%d epoch=%d",
                  transactional_id, done.state.display_name, done.producer_id, done.producer_epoch)

@@ -83,8 +83,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
                 error, message = _check_transaction(ctx, request, plog, records)
             parts.append((pdata.index, error, message, plog, records))
         checked.append((name, topic_id, parts))
-    # Synced with the data: the coordinator's records this request's answer must find durable.
-    written.extend(services.transactions.sync_added_partitions())
+    services.transactions.sync_added_partitions()
     for name, topic_id, parts in checked:
         partitions: list[fast_responses.ProducedPartition] = []
         for index, error, message, plog, records in parts:

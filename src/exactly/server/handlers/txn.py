@@ -181,8 +181,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: AddPartitio
         await services.transactions.wait_for_markers(txn_id)
         results = _add(ctx, txn_id, client.v3_and_below_producer_id,
                        client.v3_and_below_producer_epoch, client.v3_and_below_topics, False)
-        if services.transactions.add_needs_sync(results):
-            await services.appends.sync([txn.log_for(txn_id)])
+        await services.appends.sync([txn.log_for(txn_id)])
         return fast_responses.add_partitions_to_txn(ctx.api_version,
                                                     _by_topic(ctx, results).items())
     if not ctx.authorize(Operation.CLUSTER_ACTION):
