@@ -19,13 +19,23 @@ falls on both alike.
    broker's CPU seconds per GB (/proc). With `--count-syncs` too, one more produce run per
    policy under `strace -f -T` (not timed) gives the time the broker's threads spend in
    fdatasync/fsync per MiB produced: the disk work a sync round waits for.
+4. With `--trace` (needs perf, and root or perf_event_paranoid <= 0): where the time of a
+   1-record transaction goes, from `perf record` over `--trace-txns` transactions per policy:
+   the broker's system calls, and the kernel's fdatasyncs of the broker's files (ext4's
+   tracepoints, system-wide, told apart by inode). Per request, from its read to its answer's
+   write; under fsync, per sync round: the request to its append (pwritev2), the append to the
+   round's io_submit, the io_submit to the kernel's start of the fdatasync (in a kworker), the
+   fdatasync itself, its end to the event loop's read of the eventfd, and that read to the
+   answer. perf slows the broker a little: these runs are not timed.
 
     .venv/bin/python bench/txn_fsync.py [--runs N] [--seconds S] [--count-syncs] [--produce]
+                                        [--trace]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -205,6 +215,112 @@ def sync_ms_per_mib(broker: EmbeddedBroker, topic: str, records: int
     return sum(seconds) * 1000 / (records / 1024), len(seconds)
 
 
+_TRACE_BROKER = ("syscalls:sys_enter_read", "syscalls:sys_exit_read", "syscalls:sys_enter_write",
+                 "syscalls:sys_enter_pwritev2", "syscalls:sys_enter_io_submit")
+_TRACE_KERNEL = ("ext4:ext4_sync_file_enter", "ext4:ext4_sync_file_exit")
+_PERF_ROW = re.compile(r"^\s*(?P<time>\d+\.\d+):\s+(?P<event>\S+):\s*(?P<args>.*)$")
+_ARG = re.compile(r"\b(?P<name>fd|count|ino):? (?P<value>0x[0-9a-f]+|\d+)")
+# The steps of a request that waits for a round, and the phases between them.
+_MARKS = ("request", "append", "io_submit", "sync starts", "sync ends", "eventfd read", "answer")
+PHASES = ("request -> append", "append -> io_submit", "io_submit -> sync starts", "sync",
+          "sync ends -> eventfd read", "eventfd read -> answer")
+
+
+class Trace(NamedTuple):
+    answers: list[float]  # µs from each request's read to its answer's write
+    rounds: dict[str, list[float]]  # µs of each phase of the rounds requests waited for
+
+
+def perf_script(path: Path) -> str:
+    """The events `perf record` wrote to `path`, as text: time, event, arguments."""
+    return subprocess.run(["perf", "script", "-i", str(path), "-F", "time,event,trace"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def perf_rows(text: str) -> list[tuple[float, str, dict[str, int]]]:
+    """(seconds, event, arguments) of each event in `perf script` output."""
+    rows = []
+    for line in text.splitlines():
+        if m := _PERF_ROW.match(line):
+            args = {a["name"]: int(a["value"], 0) for a in _ARG.finditer(m["args"])}
+            if m["event"] == "syscalls:sys_exit_read":  # the bytes read, or -errno
+                args["count"] = ctypes.c_int64(int(m["args"].split()[-1], 0)).value
+            rows.append((float(m["time"]), m["event"], args))
+    return rows
+
+
+def trace_transactions(broker: EmbeddedBroker, topic: str, txns: int) -> Trace:
+    """The timeline of `txns` transactions, from `perf record` of the broker's system calls and
+    of the kernel's syncs of its files."""
+    out = Path(tempfile.mkdtemp(prefix="txn-fsync-perf-"))
+    try:
+        records = [subprocess.Popen(["perf", "record", "-q", *options, "-e", ",".join(events),
+                                     "-o", str(out / name)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   for name, options, events in (
+                       ("broker", ["-p", str(broker_pid(broker))], _TRACE_BROKER),
+                       ("kernel", ["-a"], _TRACE_KERNEL))]
+        time.sleep(1.0)  # perf is in
+        transactions(broker.bootstrap, topic, count=txns)
+        time.sleep(0.3)  # the last markers
+        for record in records:
+            record.send_signal(signal.SIGINT)
+            record.wait(30)
+        inodes = {path.stat().st_ino for path in broker.data_dir.rglob("*") if path.is_file()}
+        rows = sorted(perf_rows(perf_script(out / "broker")) + [
+            row for row in perf_rows(perf_script(out / "kernel"))
+            if row[2].get("ino") in inodes])
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return timeline(rows)
+
+
+def timeline(rows: list[tuple[float, str, dict[str, int]]]) -> Trace:
+    """Requests (a read of a connection: a count above 8) and their answers (the next write to
+    that connection), and the sync rounds between: the eventfd is read 8 bytes at a time."""
+    trace = Trace([], {phase: [] for phase in PHASES})
+    requests: dict[int, dict[str, float]] = {}  # connection -> times of its request's steps
+    reading: tuple[float, int, int] | None = None  # a read begun: (time, fd, count)
+    current: dict[str, float] | None = None  # the request the loop works on
+    for at, event, args in rows:
+        if event == "syscalls:sys_enter_read":
+            reading = (at, args["fd"], args["count"])
+        elif event == "syscalls:sys_exit_read" and reading is not None:
+            began, fd, count = reading
+            reading = None
+            if count == 8 and current is not None and "sync ends" in current:
+                current.setdefault("eventfd read", began)
+            elif count > 8 and args["count"] > 8 and fd not in requests:
+                current = requests[fd] = {"request": began}
+        elif event == "syscalls:sys_enter_pwritev2" and current is not None:
+            current.setdefault("append", at)
+        elif event == "syscalls:sys_enter_io_submit" and current is not None:
+            current.setdefault("io_submit", at)
+        elif event == "ext4:ext4_sync_file_enter" and current is not None \
+                and "io_submit" in current:
+            current.setdefault("sync starts", at)
+        elif event == "ext4:ext4_sync_file_exit" and current is not None \
+                and "sync starts" in current:
+            current["sync ends"] = at  # a round of several files ends with its last
+        elif event == "syscalls:sys_enter_write" and (steps := requests.pop(args["fd"], None)):
+            trace.answers.append((at - steps["request"]) * 1e6)
+            steps["answer"] = at
+            if all(mark in steps for mark in _MARKS):
+                for phase, start, end in zip(PHASES, _MARKS, _MARKS[1:]):
+                    trace.rounds[phase].append((steps[end] - steps[start]) * 1e6)
+            if steps is current:
+                current = None
+    return trace
+
+
+def quartiles(values: list[float]) -> str:
+    """p25/median/p75 of `values`, rounded."""
+    if len(values) < 4:
+        return "-"
+    q = statistics.quantiles(values, n=4)
+    return f"{q[0]:.0f}/{q[1]:.0f}/{q[2]:.0f}"
+
+
 def broker_pid(broker: EmbeddedBroker) -> int:
     assert broker.process is not None
     return broker.process.pid
@@ -236,6 +352,10 @@ def main() -> None:
                         help="1 KiB acks=all produce throughput too")
     parser.add_argument("--records", type=int, default=200_000,
                         help="records per produce run (default 200000)")
+    parser.add_argument("--trace", action="store_true",
+                        help="where a transaction's time goes, from perf record")
+    parser.add_argument("--trace-txns", type=int, default=300,
+                        help="transactions of the traced run (default 300)")
     args = parser.parse_args()
 
     brokers = {policy: EmbeddedBroker(settings={"log.flush.policy": policy})
@@ -263,6 +383,17 @@ def main() -> None:
                 text = ", ".join(f"{name} {n:.2f}" for name, n in sorted(calls.items()))
                 print(f"syncs per transaction, {policy}: {sum(calls.values()):.2f} "
                       f"({text or 'none'})", flush=True)
+        if args.trace:
+            for policy in POLICIES:
+                trace = trace_transactions(brokers[policy], "tiny", args.trace_txns)
+                waited = len(trace.rounds[PHASES[0]])
+                print(f"request -> answer, {policy}: {quartiles(trace.answers)} µs (p25/med/p75 "
+                      f"of {len(trace.answers)} requests, {waited} of them waited for a round)",
+                      flush=True)
+                if waited:
+                    print("  per round: " + "; ".join(
+                        f"{phase} {quartiles(trace.rounds[phase])}" for phase in PHASES),
+                        flush=True)
         if args.produce:
             print(f"{'run':>4} {'os rec/s':>10} {'fsync rec/s':>12} {'fsync/os':>9} "
                   f"{'rtt ms os/fsync':>16} {'CPU s/GB os/fsync':>18}  (1 KiB, acks=all)",
@@ -283,12 +414,12 @@ def main() -> None:
                   f"{median['fsync'] / median['os']:>8.2f}x", flush=True)
             if args.count_syncs:
                 for policy in POLICIES:
-                    ms, calls = with_topic(
+                    ms, sync_calls_made = with_topic(
                         brokers[policy], "produce-strace",
                         lambda broker, topic: sync_ms_per_mib(broker, topic, args.records))
                     spent = "not seen (through AIO)" if ms is None else f"{ms:.2f} ms"
                     print(f"fdatasync/fsync per MiB produced, {policy}: {spent} "
-                          f"({calls} calls)", flush=True)
+                          f"({sync_calls_made} calls)", flush=True)
     finally:
         for broker in brokers.values():
             broker.close()
