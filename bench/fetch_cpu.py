@@ -13,6 +13,16 @@ record and the broker's CPU per Fetch request. Then the broker's CPU per request
 batches (10 records of 100 B) from offset 0, each partition cut at one batch, so the figure is
 what the broker spends per request and per partition, not per byte.
 
+The producer is tuned as a throughput user tunes it: `batch.size` 1 MB (the broker's
+`message.max.bytes`, 1 MiB, bounds a batch), `linger.ms` 5, a large queue. librdkafka sends one
+partition per Produce request, so a request carries one batch of about 1 MB whatever the
+client's `message.max.bytes` (measured: one pwritev and one answer per MB with 1 MB and with
+8 MB). On a virtual machine the produce figure also depends on the guest's memory: the
+page-cache copy costs more on pages the guest has not used lately (a plain loop of 1 MiB pwritev
+into a new file: 1.5–2.1 system CPU-s for the first GiB after a pause, 0.2 for the next ones), so
+compare two versions of the broker by runs of both in one session, interleaved, not across
+sessions.
+
     .venv/bin/python bench/fetch_cpu.py [--records N] [--partitions N] [--consumers N] [--runs N]
                                         [--requests N]
 """

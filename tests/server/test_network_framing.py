@@ -163,3 +163,86 @@ def test_more_pipelined_requests_than_max_in_flight(broker, half_close):
     if half_close:
         assert conn.is_closed_by_peer()
     conn.close()
+
+
+def test_a_large_frame_after_a_large_one_is_read_in_place_from_its_first_byte():
+    """After a large frame the connection reads the next frame's size alone: a large frame that
+    follows goes into the buffer for large frames from its first byte, none of it through the
+    receive buffer (what was read there was copied over: up to 64 KiB per request). A small frame
+    after it is read as before. Driven as the transport drives a connection: each read fills what
+    get_buffer offers, as far as the stream goes."""
+    import asyncio
+
+    from exactly.protocol.framing import RequestHeader, encode_request
+    from exactly.server.auth import ListenerRuntime
+    from exactly.server.connection_limits import ConnectionLimits
+    from exactly.server.network import Connection, Turns
+    from exactly.testing import broker_in_process
+
+    class Transport:
+        def __init__(self) -> None:
+            self.written: list[bytes] = []
+
+        def get_extra_info(self, name: str, default: object = None) -> object:
+            return ("127.0.0.1", 1) if name == "peername" else default
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+        def is_closing(self) -> bool:
+            return False
+
+        def get_write_buffer_size(self) -> int:
+            return 0
+
+        def set_write_buffer_limits(self, high: int) -> None: ...
+        def pause_reading(self) -> None: ...
+        def resume_reading(self) -> None: ...
+
+    module = __import__("kio.schema.produce.v9.request", fromlist=["x"])
+    values = [[os.urandom(150_000)], [os.urandom(120_000)]]
+
+    def produce(correlation_id: int, batch_values: list[bytes]) -> bytes:
+        records = build_batch([Record(None, v) for v in batch_values], timestamp=1_700_000_000_000)
+        req = module.ProduceRequest(
+            transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=10),
+            topic_data=(module.TopicProduceData(name=TOPIC, partition_data=(
+                module.PartitionProduceData(index=i32(0), records=records),)),))
+        return encode_request(RequestHeader(ApiKey.PRODUCE, 9, correlation_id, "t"), req)
+
+    metadata = request_class(ApiKey.METADATA, 12)(topics=None, allow_auto_topic_creation=False,
+                                                  include_topic_authorized_operations=False)
+    frames = [produce(1, values[0]), produce(2, values[1]),
+              encode_request(RequestHeader(ApiKey.METADATA, 12, 3, "t"), metadata)]
+
+    async def scenario() -> None:
+        async with broker_in_process({"log.flush.policy": "os"}) as services:
+            services.logs.create_topic(TOPIC, 1)
+            conn = Connection(services, ListenerRuntime("PLAINTEXT", "127.0.0.1", 0), set(),
+                              ConnectionLimits(100, 100, {}), Turns())
+            transport = Transport()
+            conn.connection_made(transport)
+            through_receive_buffer: list[int] = []  # per frame: its bytes read into the receive buffer
+            for frame in frames:
+                through_receive_buffer.append(0)
+                at = 0
+                while at < len(frame):
+                    view = conn.get_buffer(-1)
+                    n = min(len(view), len(frame) - at)
+                    view[:n] = frame[at:at + n]
+                    if view.obj is conn._buffer:
+                        through_receive_buffer[-1] += n
+                    view.release()
+                    conn.buffer_updated(n)
+                    at += n
+            assert [decode_response(k, v, answer[4:])[0] for (k, v), answer in zip(
+                [(ApiKey.PRODUCE, 9), (ApiKey.PRODUCE, 9), (ApiKey.METADATA, 12)],
+                transport.written, strict=True)] == [1, 2, 3]
+            first, second, small = through_receive_buffer
+            assert first > 4  # the first large frame starts in the receive buffer
+            assert second == 4  # its size only: the rest went straight into the large buffer
+            assert small == len(frames[2])
+            stored = services.logs.get_log(TOPIC, 0).read(0, 1 << 20)
+            assert values[0][0] in stored and values[1][0] in stored
+
+    asyncio.run(scenario())

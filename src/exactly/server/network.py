@@ -5,7 +5,9 @@ buffer (small while the client sends little, so an idle connection costs a few K
 a read fills it; small again after TRIM_AFTER_SECONDS of silence), and a frame too large for it
 (a Produce request of a megabyte) is read straight into a second buffer the connection keeps for
 such frames: the kernel copies its bytes there, and the decoder copies what the request keeps,
-nothing else does.
+nothing else does. After a large frame the next read takes the 4 bytes of the next frame's size
+alone, so that a large frame following a large one lands in that buffer from its first byte
+(else what of it was read into the receive buffer, up to 64 KiB, is copied over).
 
 Requests on one connection are pipelined: each is handed to its handler as soon as it is read,
 and responses are written in the order the requests arrived. A handler runs inline until it
@@ -268,6 +270,7 @@ class Connection(asyncio.BufferedProtocol):
         # is read into a spare one, and the lent one becomes the spare when the handler is done.
         self._spare: bytearray | None = None
         self._frame_size: int | None = None  # the size of the large frame being read
+        self._size_alone = False  # the last frame was large: read the next one's size alone
         self._frame_have = 0
         self._eof = False  # the client sent everything it will send
         # Requests are timed and counted (metrics.timed -> observe_request) only when the broker
@@ -316,6 +319,8 @@ class Connection(asyncio.BufferedProtocol):
             return memoryview(self._large)[self._frame_have:self._frame_size]
         # Resized here only: during buffer_updated the transport still holds a view of it.
         buffer, have = self._buffer, self._have
+        if have == 0 and self._size_alone:  # a large frame's bytes then go to self._large only
+            return memoryview(buffer)[:framing.SIZE.size]
         if have == len(buffer):  # full of frames waiting for room: make more
             buffer.extend(bytes(len(buffer)))
         elif self._filled and len(buffer) < RECEIVE_BUFFER:  # a busy client: read more at once
@@ -403,6 +408,7 @@ class Connection(asyncio.BufferedProtocol):
             if end > have:
                 if 4 + size > len(buffer):
                     # Too large for the receive buffer: read the rest of it in place.
+                    self._size_alone = True
                     got = have - pos - 4
                     if len(self._large) < min(size, max(got, LARGE_FIRST)):
                         self._large = bytearray(min(size, max(got, LARGE_FIRST)))
@@ -413,6 +419,7 @@ class Connection(asyncio.BufferedProtocol):
             frame = bytes(memoryview(buffer)[pos + 4:end])
             pos = end
             taken += 1
+            self._size_alone = False
             if not self._dispatch(frame):
                 self._stop_reading()
                 return
@@ -504,6 +511,7 @@ class Connection(asyncio.BufferedProtocol):
             self._buffer = bytearray(FIRST_RECEIVE_BUFFER)
             self._large = bytearray()
             self._spare = None
+            self._size_alone = False
 
     def close(self) -> None:
         """The broker is stopping, or the connection was idle too long."""
