@@ -116,6 +116,22 @@ def checkpointed_log(directory: Path, *, flushed: int = 2000, tail: int = 20
     return point, position, end, size
 
 
+def test_synced_to_only_moves_the_recovery_point_forward(tmp_path: Path) -> None:
+    """A sync that ends late (an AIO sync begun before a flush) never takes the point back."""
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    append_batches(plog, 3)
+    begun_at = plog.log_end_offset
+    append_batches(plog, 2)
+    plog.flush()
+    assert plog.flushed_offset == plog.log_end_offset == 10
+    plog.synced_to(begun_at)
+    assert plog.flushed_offset == plog.recovery_point() == 10
+    append_batches(plog, 1)
+    plog.synced_to(plog.log_end_offset)
+    assert plog.flushed_offset == 12
+    plog.close()
+
+
 def test_crash_validates_only_the_batches_after_the_recovery_point(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     point, position, end, size = checkpointed_log(directory)

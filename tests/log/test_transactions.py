@@ -257,6 +257,29 @@ def test_marker_via_append_allow_control(open_log):
     assert index_entries(plog) == [AbortedTxn(1, 0, 1, 2)]
 
 
+def test_marker_bytes_are_the_general_encoders():
+    """build_marker's one-pass batch is what build_batch makes of the marker's record."""
+    import struct
+
+    from exactly.log.markers import build_marker, parse_marker
+    from exactly.protocol.records import Record, RecordBatchHeader, build_batch
+
+    for commit in (False, True):
+        for pid, epoch, coordinator_epoch, ts in [(0, 0, 0, 0), (1, 2, 3, 1_700_000_000_000),
+                                                  (2**62, 32767, 2**31 - 1, 2**62)]:
+            record = Record(struct.pack(">hh", 0, int(commit)),
+                            struct.pack(">hi", 0, coordinator_epoch))
+            expected = build_batch([record], timestamp=ts, producer_id=pid,
+                                   producer_epoch=epoch, base_sequence=-1, transactional=True,
+                                   control=True)
+            data = build_marker(pid, epoch, commit=commit, coordinator_epoch=coordinator_epoch,
+                                timestamp=ts)
+            assert data == expected
+            marker = parse_marker(RecordBatchHeader(data))
+            assert marker is not None
+            assert (marker.commit, marker.coordinator_epoch) == (commit, coordinator_epoch)
+
+
 def test_expire_producers_keeps_open_transactions(open_log, clock, tmp_path):
     plog = open_log()
     Producer(plog, 1).send(1, transactional=False, ts=1000)

@@ -13,6 +13,7 @@ from exactly.protocol.framing import (
     encode_request,
     encode_response,
     parse_header,
+    peek_header,
 )
 
 
@@ -31,6 +32,18 @@ def test_request_round_trip_flexible_and_not(version):
     header, request = decode_request(frame[4:])
     assert header == RequestHeader(ApiKey.METADATA, version, 99, "client-é")
     assert request.topics is None
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_a_peeked_header_is_not_read_again(version):
+    """The network peeks at the fixed header first and hands it on: decoding with it gives what
+    decoding from scratch gives, and reads the fixed fields from what it was handed."""
+    frame = encode_request(RequestHeader(ApiKey.METADATA, version, 99, "c"),
+                           _metadata_request(version))[4:]
+    fixed = peek_header(frame)
+    assert decode_request(frame, fixed) == decode_request(frame)
+    header, _ = decode_request(frame, (ApiKey.METADATA, version, 1234))
+    assert header.correlation_id == 1234
 
 
 def test_null_client_id_and_tagged_header_fields():

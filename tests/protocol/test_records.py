@@ -5,11 +5,15 @@ import struct
 import pytest
 
 from exactly.protocol.records import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     Record,
     RecordBatchError,
     RecordBatchHeader,
     build_batch,
+    build_own_batch,
+    build_single_record_batch,
     decode_records,
     iter_batches,
     set_base_offset,
@@ -91,3 +95,43 @@ def test_record_with_bad_varint_inside_a_valid_crc_is_refused_on_decode():
     header.validate()  # the CRC is right...
     with pytest.raises(RecordBatchError):  # ...but the records are garbage
         decode_records(header)
+
+
+# Lengths on each side of the varint boundaries of a record's fields and of its own length.
+_SIZES = (None, 0, 1, 60, 61, 62, 63, 64, 65, 100, 8000, 8191, 8192, 8193, 70_000)
+
+
+@pytest.mark.parametrize("attributes", [0, ATTR_TRANSACTIONAL, ATTR_TRANSACTIONAL | ATTR_CONTROL])
+def test_single_record_batch_is_build_batchs_bytes(attributes):
+    """The one-pass builder of the coordinators' records and markers writes exactly the bytes of
+    the general encoder, for every key and value length around the varint boundaries."""
+    identities = [(-1, -1, -1), (0, 0, -1), (7, 3, 0), (2**62, 32767, 2**31 - 1)]
+    for n, (key_size, value_size) in enumerate(
+            (k, v) for k in _SIZES for v in _SIZES):
+        key = None if key_size is None else bytes(range(256)) * (key_size // 256) + b"k" * (
+            key_size % 256)
+        value = None if value_size is None else b"v" * value_size
+        pid, epoch, sequence = identities[n % len(identities)]
+        ts = (-1, 0, 1_700_000_000_123, 2**62)[n % 4]
+        expected = build_batch([Record(key, value)], timestamp=ts, producer_id=pid,
+                               producer_epoch=epoch, base_sequence=sequence,
+                               transactional=bool(attributes & ATTR_TRANSACTIONAL),
+                               control=bool(attributes & ATTR_CONTROL))
+        assert build_single_record_batch(key, value, timestamp=ts, producer_id=pid,
+                                         producer_epoch=epoch, base_sequence=sequence,
+                                         attributes=attributes) == expected, (key_size, value_size)
+
+
+def test_own_batch_bytes_are_build_batchs():
+    """build_own_batch takes the one-pass builder for a single record: same bytes as before."""
+    cases = [[Record(b"key", b"value")], [Record(b"key", None)], [Record(None, b"v" * 200)],
+             [Record(b"key", b"v", timestamp=99)], [Record(b"k", b"v", (("h", b"1"),))],
+             [Record(b"a", b"1"), Record(b"b", b"2")]]
+    for records in cases:
+        for transactional in (False, True):
+            own = build_own_batch(records, timestamp=1234, producer_id=5, producer_epoch=1,
+                                  base_sequence=9, transactional=transactional)
+            assert own.data == build_batch(records, timestamp=1234, producer_id=5,
+                                           producer_epoch=1, base_sequence=9,
+                                           transactional=transactional)
+            assert own.header.size == len(own.data)

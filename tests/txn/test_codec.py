@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from exactly.protocol.structs import TopicPartition
 from exactly.txn.codec import (
     TxnCodecError,
     TxnLogValue,
@@ -79,6 +80,27 @@ def test_v1_without_tagged_fields() -> None:
     assert decode_value(data) == v
 
 
+def test_v1_with_partitions_and_no_tagged_fields() -> None:
+    """What an older client's transactions write (every tagged field at its default): the
+    encoder's short path gives Kafka's bytes, as the general one does."""
+    v = TxnLogValue(1000, 5, 60000, 1, (("t", (0, 1)), ("uv", (7,))), 1700000000123,
+                    1700000000000)
+    assert encode_value(v) == bytes.fromhex(
+        "0001" "00000000000003e8" "0005" "0000ea60" "01"
+        "03"                                   # compact array: 2 entries
+        "0274" "03" "00000000" "00000001" "00"  # "t" [0, 1], no tagged fields
+        "037576" "02" "00000007" "00"           # "uv" [7]
+        "0000018bcfe5687b" "0000018bcfe56800"
+        "00")                                  # no tagged fields
+    assert decode_value(encode_value(v)) == v
+    for one_tag in ({"prev_producer_id": 3}, {"next_producer_id": 4},
+                    {"client_transaction_version": 2}, {"next_producer_epoch": 0},
+                    {"session_timeout_ms": 500}):
+        tagged = v._replace(**one_tag)  # one field off its default: a tagged field is written
+        assert encode_value(tagged) != encode_value(v)
+        assert decode_value(encode_value(tagged)) == tagged
+
+
 def test_v1_all_tagged_fields() -> None:
     v = TxnLogValue(9, 32767, 5, 3, (("a", (2,)), ("b", ())), 1, 2, prev_producer_id=9,
                     next_producer_id=12, client_transaction_version=2)
@@ -117,6 +139,10 @@ def test_metadata_round_trip_through_value() -> None:
     assert value.partitions == (("x", (0, 1)), ("y", (5,)))
     back = from_value("t1", decode_value(encode_value(value)))
     assert back == meta
+    one = TxnMetadata("t1", 42, 3, 60_000, TxnState.PREPARE_COMMIT, 2000, 1000,
+                      {TopicPartition("x", 7)})
+    assert to_value(one).partitions == (("x", (7,)),)
+    assert from_value("t1", decode_value(encode_value(to_value(one)))) == one
 
 
 def test_empty_state_writes_null_partitions() -> None:

@@ -18,7 +18,7 @@ from exactly.protocol.records import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     Record,
-    build_batch,
+    build_own_batch,
     decode_records,
 )
 
@@ -75,10 +75,10 @@ class OffsetsLog:
         sequence = -1
         if producer_id >= 0:
             sequence = next_sequence(plog, producer_id, producer_epoch)
-        batch = build_batch(records, timestamp=now_ms, producer_id=producer_id,
-                            producer_epoch=producer_epoch, base_sequence=sequence,
-                            transactional=transactional)
-        result = plog.append(batch, now_ms=now_ms)
+        batch = build_own_batch(records, timestamp=now_ms, producer_id=producer_id,
+                                producer_epoch=producer_epoch, base_sequence=sequence,
+                                transactional=transactional)
+        result = plog.append_own(batch, now_ms=now_ms)
         return Appended(plog, result.base_offset)
 
     def replay(self) -> Iterator[ReplayedBatch]:

@@ -11,10 +11,11 @@ import struct
 from dataclasses import dataclass
 
 from exactly.protocol.records import (
-    Record,
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     RecordBatchError,
     RecordBatchHeader,
-    build_batch,
+    build_single_record_batch,
     decode_records,
 )
 
@@ -30,11 +31,15 @@ class Marker:
     coordinator_epoch: int
 
 
+_MARKER_KEYS = (_KEY.pack(0, ABORT), _KEY.pack(0, COMMIT))
+
+
 def build_marker(producer_id: int, producer_epoch: int, *, commit: bool, coordinator_epoch: int,
                  timestamp: int) -> bytes:
-    record = Record(_KEY.pack(0, COMMIT if commit else ABORT), _VALUE.pack(0, coordinator_epoch))
-    return build_batch([record], timestamp=timestamp, producer_id=producer_id,
-                       producer_epoch=producer_epoch, base_sequence=-1, transactional=True, control=True)
+    return build_single_record_batch(
+        _MARKER_KEYS[COMMIT if commit else ABORT], _VALUE.pack(0, coordinator_epoch), timestamp=timestamp,
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1,
+        attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL)
 
 
 def parse_marker(batch: RecordBatchHeader) -> Marker | None:

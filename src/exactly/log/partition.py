@@ -19,8 +19,8 @@ import struct
 import time
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import crc32c
 
@@ -60,8 +60,10 @@ _MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 LOG_APPEND_TIME = "LogAppendTime"
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
+    """What an append gave. A NamedTuple: one is made per append, and a frozen dataclass sets
+    each field through object.__setattr__ (issue 19)."""
+
     base_offset: int
     last_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
@@ -241,18 +243,16 @@ class PartitionLog:
                 tuple(missing))
 
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None,
-               allow_control: bool = False, marker: Marker | None = None,
-               from_client: bool = False) -> AppendResult:
+               allow_control: bool = False, from_client: bool = False) -> AppendResult:
         """Append the batches of one Produce request, all or nothing.
 
         Control batches (transaction markers) are refused unless `allow_control`: clients may not
-        write them, only the broker's own coordinators. `marker` is what the one control batch
-        holds when the caller built it, which spares decoding it again. A
-        client's batches (`from_client`) to a compacted topic must give every record a key; the
-        coordinators' own records always have one, and are not decoded again to check.
+        write them, only the broker's own coordinators. A client's batches (`from_client`) to a
+        compacted topic must give every record a key; the coordinators' own records always have
+        one, and are not decoded again to check.
         """
         view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
-        return self._write(view, self._parse(view, allow_control, from_client), now_ms, marker)
+        return self._write(view, self._parse(view, allow_control, from_client), now_ms, None)
 
     def append_own(self, batch: OwnBatch, *, now_ms: int | None = None,
                    marker: Marker | None = None) -> AppendResult:
@@ -633,7 +633,12 @@ class PartitionLog:
             return
         seg = self._segments[-1]
         seg.sync()
-        self.flushed_offset = max(self.flushed_offset, target)
+        self.synced_to(target)
+
+    def synced_to(self, end: int) -> None:
+        """A sync of the active segment, begun when the log ended at `end`, has completed:
+        everything below `end` is on disk (`flush`, or a sync the caller ran itself)."""
+        self.flushed_offset = max(self.flushed_offset, end)
 
     def snapshot_producer_state(self) -> Callable[[], None] | None:
         """A producer-state snapshot at the log end, if the log grew since the newest one: the

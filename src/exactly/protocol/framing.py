@@ -20,6 +20,7 @@ from exactly.protocol.primitives import read_uvarint
 
 SIZE = struct.Struct(">i")
 _FIXED_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id
+_CLIENT_ID_LENGTH = struct.Struct(">h")
 
 
 class MalformedRequest(ValueError):
@@ -58,27 +59,32 @@ def _read_uvarint(frame: bytes | bytearray | memoryview, pos: int) -> tuple[int,
     return read_uvarint(frame, pos, max_bytes=5, error=MalformedRequest)
 
 
-def parse_header(frame: bytes | memoryview, flexible: bool) -> tuple[RequestHeader, int]:
-    """Decode the request header; returns it and the position where the body starts."""
-    api_key, api_version, correlation_id = peek_header(frame)
+def parse_header(frame: bytes | memoryview, flexible: bool,
+                 fixed: tuple[int, int, int] | None = None) -> tuple[RequestHeader, int]:
+    """Decode the request header; returns it and the position where the body starts. `fixed`:
+    what `peek_header` returned for this frame, when the caller has it already."""
+    api_key, api_version, correlation_id = peek_header(frame) if fixed is None else fixed
     pos = _FIXED_HEADER.size
     if len(frame) < pos + 2:
         raise MalformedRequest("request header ends before the client id")
-    (client_len,) = struct.unpack_from(">h", frame, pos)
+    (client_len,) = _CLIENT_ID_LENGTH.unpack_from(frame, pos)
     pos += 2
     client_id: str | None = None
     if client_len >= 0:
         if pos + client_len > len(frame):
             raise MalformedRequest("client id runs past the end of the frame")
         try:
-            client_id = bytes(frame[pos : pos + client_len]).decode("utf-8")
+            client_id = str(frame[pos : pos + client_len], "utf-8")
         except UnicodeDecodeError as exc:
             raise MalformedRequest("client id is not UTF-8") from exc
         pos += client_len
     elif client_len != -1:
         raise MalformedRequest(f"negative client id length {client_len}")
     if flexible:
-        pos = _read_tagged_fields(frame, pos)
+        if pos < len(frame) and frame[pos] == 0:  # no tagged fields, as in nearly every header
+            pos += 1
+        else:
+            pos = _read_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
@@ -96,14 +102,18 @@ def is_flexible(api_key: int, version: int) -> bool:
     return _flexible(request_class(api_key, version))
 
 
-def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | memoryview,
+                   fixed: tuple[int, int, int] | None = None) -> tuple[RequestHeader, Any]:
     """Header and kio request entity of a supported API version; MalformedRequest otherwise.
+    `fixed`: what `peek_header` returned for this frame, when the caller has it already.
 
     Bytes left over inside the frame after the body are ignored, as Apache Kafka's parser does:
     librdkafka pads some requests (Metadata v12 for all topics) with unused bytes.
     """
-    api_key, api_version, _ = peek_header(frame)
-    header, pos = parse_header(frame, is_flexible(api_key, api_version))
+    if fixed is None:
+        fixed = peek_header(frame)
+    api_key, api_version, _ = fixed
+    header, pos = parse_header(frame, is_flexible(api_key, api_version), fixed)
     try:
         request, _size = _reader(api_key, api_version)(frame, pos)
     except Exception as exc:  # kio raises several types for short or inconsistent input

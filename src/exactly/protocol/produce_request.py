@@ -45,16 +45,20 @@ def _schema(api_version: int) -> ModuleType:
     return importlib.import_module(request_class(ApiKey.PRODUCE, api_version).__module__)
 
 
-def decode_produce_in_place(frame: memoryview) -> tuple[RequestHeader, Any]:
+def decode_produce_in_place(frame: memoryview, fixed: tuple[int, int, int] | None = None,
+                            ) -> tuple[RequestHeader, Any]:
     """Header and kio ProduceRequest of `frame`, whose records are views of `frame`;
-    MalformedRequest when the frame does not hold a whole, well-formed request.
+    MalformedRequest when the frame does not hold a whole, well-formed request. `fixed`: what
+    `peek_header` returned for this frame, when the caller has it already.
 
     Written for speed, as it must cost less than the copy it saves (kio decodes a 1 MB Produce,
     its copy included, in ~40 µs): struct reads and one-byte varints inline, no reader object.
     """
-    api_version = peek_header(frame)[1]
+    if fixed is None:
+        fixed = peek_header(frame)
+    api_version = fixed[1]
     flexible = api_version >= FLEXIBLE_SINCE
-    header, pos = parse_header(frame, flexible)
+    header, pos = parse_header(frame, flexible, fixed)
     schema = _schema(api_version)
     partition_cls, topic_cls = schema.PartitionProduceData, schema.TopicProduceData
     end = len(frame)

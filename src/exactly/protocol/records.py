@@ -397,9 +397,46 @@ def build_own_batch(records: Sequence[Record], *, timestamp: int,
                     producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                     base_sequence: int = NO_SEQUENCE, transactional: bool = False) -> OwnBatch:
     """`build_batch` for the broker's own records (uncompressed), ready for `append_own`."""
-    return OwnBatch.of(build_batch(records, timestamp=timestamp, producer_id=producer_id,
-                                   producer_epoch=producer_epoch, base_sequence=base_sequence,
-                                   transactional=transactional))
+    if len(records) == 1 and not records[0].headers:
+        rec = records[0]
+        data = build_single_record_batch(
+            rec.key, rec.value, timestamp=timestamp if rec.timestamp < 0 else rec.timestamp,
+            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+            attributes=ATTR_TRANSACTIONAL if transactional else 0)
+    else:
+        data = build_batch(records, timestamp=timestamp, producer_id=producer_id,
+                           producer_epoch=producer_epoch, base_sequence=base_sequence,
+                           transactional=transactional)
+    return OwnBatch.of(data)
+
+
+def build_single_record_batch(key: bytes | None, value: bytes | None, *, timestamp: int,
+                              producer_id: int = NO_PRODUCER_ID,
+                              producer_epoch: int = NO_PRODUCER_EPOCH,
+                              base_sequence: int = NO_SEQUENCE, attributes: int = 0) -> bytes:
+    """The bytes `build_batch` makes of one uncompressed record without headers, built in one
+    pass: the coordinators' records and the markers, most of a small transaction's appends
+    (issue 19). `attributes`: ATTR_TRANSACTIONAL and ATTR_CONTROL, as the batch needs them."""
+    # The record: length, attributes 0, timestamp delta 0, offset delta 0, key, value, no headers.
+    body = bytearray(b"\x00\x00\x00")
+    if key is None:
+        body.append(1)  # the varint of -1: null
+    else:
+        write_varint(body, len(key))
+        body += key
+    if value is None:
+        body.append(1)
+    else:
+        write_varint(body, len(value))
+        body += value
+    body.append(0)
+    buf = bytearray(HEADER_SIZE)
+    write_varint(buf, len(body))
+    buf += body
+    _HEADER.pack_into(buf, 0, 0, len(buf) - LOG_OVERHEAD, 0, MAGIC, 0, attributes, 0, timestamp,
+                      timestamp, producer_id, producer_epoch, base_sequence, 1)
+    _CRC.pack_into(buf, 17, crc32c.crc32c(memoryview(buf)[21:]))
+    return bytes(buf)
 
 
 def rebuild_batch(header: RecordBatchHeader, records: Sequence[Record]) -> bytes:

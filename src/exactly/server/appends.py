@@ -411,7 +411,7 @@ class _AioSyncs:
                     error = OSError(-event.res, f"fdatasync of {plog.topic}-{plog.partition} "
                                     f"failed: {os.strerror(-event.res)}")
                 else:
-                    plog.flushed_offset = max(plog.flushed_offset, end)
+                    plog.synced_to(end)
                 if round_.ended(error):
                     done(round_)
             if got < len(self._events):

@@ -31,7 +31,8 @@ framing around them (sizes, headers, per-partition fields) is bytes, the records
 files; a range under COPY_BELOW is read into the bytes instead, which costs fewer syscalls than
 sending it from its file. When such a `FileFrame` reaches the head of the answers and the
 transport has nothing unsent, the connection writes it itself on a duplicate of the socket's
-descriptor, bytes with send() and ranges with os.sendfile(), waiting for the socket to take
+descriptor (one per connection, kept until it closes), bytes with send() and ranges with
+os.sendfile(), waiting for the socket to take
 more when it is full; the answers after it wait their turn, and reading
 pauses meanwhile (back-pressure, as for a full write buffer). With bytes still unsent in the
 transport (which owns the socket), the frame is read from its files and written as bytes
@@ -257,6 +258,7 @@ class Connection(asyncio.BufferedProtocol):
         # The FileFrame being sent on a duplicate of the socket (None: none is): the answers
         # after it wait, and reading pauses while the socket is full.
         self._sending: FileFrame | None = None
+        # That duplicate: made for the first file answer, closed with the connection.
         self._socket: socket.socket | None = None
         self._buffer = bytearray(FIRST_RECEIVE_BUFFER)
         self._have = 0  # bytes of self._buffer received and not yet taken as frames
@@ -306,6 +308,9 @@ class Connection(asyncio.BufferedProtocol):
         # Handlers still in the works finish; their answers have nowhere to go.
         self._closing = True
         self._end_file_send()
+        if self._socket is not None:  # the peer sees the connection closed once this goes too
+            self._socket.close()
+            self._socket = None
         self.connections.discard(self)
         if self.admitted:
             self.admitted = False
@@ -526,10 +531,11 @@ class Connection(asyncio.BufferedProtocol):
         if session.raw_tokens_expected():
             return self._raw_sasl_token(frame)
         try:
-            api_key, api_version, correlation_id = framing.peek_header(frame)
+            fixed = framing.peek_header(frame)
         except MalformedRequest as exc:
             self._malformed(str(exc))
             return False
+        api_key, api_version, correlation_id = fixed
         if not session.authenticated and not session.allows_before_auth(api_key):
             # As Kafka: anything but ApiVersions/SaslHandshake/SaslAuthenticate before
             # authentication closes the connection.
@@ -554,9 +560,9 @@ class Connection(asyncio.BufferedProtocol):
         try:
             if in_place:
                 assert isinstance(frame, memoryview)
-                header, request = decode_produce_in_place(frame)
+                header, request = decode_produce_in_place(frame, fixed)
             else:
-                header, request = framing.decode_request(frame)
+                header, request = framing.decode_request(frame, fixed)
         except MalformedRequest as exc:
             self._malformed(f"{exc} (frame starts {bytes(frame[:256]).hex()})")
             return False
@@ -665,9 +671,10 @@ class Connection(asyncio.BufferedProtocol):
                 frame.close()
             self.transport.write(data)
             return
-        fd = self.transport.get_extra_info("socket").fileno()
-        self._socket = socket.socket(fileno=os.dup(fd))
-        self._socket.setblocking(False)
+        if self._socket is None:  # the first file answer: the duplicate serves the rest too
+            fd = self.transport.get_extra_info("socket").fileno()
+            self._socket = socket.socket(fileno=os.dup(fd))
+            self._socket.setblocking(False)
         self._sending = frame
         self._send_file_frame()
 
@@ -723,14 +730,13 @@ class Connection(asyncio.BufferedProtocol):
         self.transport.abort()
 
     def _end_file_send(self) -> None:
-        """Forget the file frame being sent, if any: its descriptors and the socket's duplicate."""
+        """Forget the file frame being sent, if any: its descriptors, and the wait for the
+        socket to take more."""
         if self._sending is not None:
             self._sending.close()
             self._sending = None
-        if self._socket is not None:
+            assert self._socket is not None
             asyncio.get_running_loop().remove_writer(self._socket.fileno())
-            self._socket.close()
-            self._socket = None
 
     def _raw_sasl_token(self, frame: bytes | memoryview) -> bool:
         """After SaslHandshake v0, the SASL tokens come unwrapped, size-prefixed (as old Kafka

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from exactly.log.errors import TopicAlreadyExistsError
 from exactly.log.internal_topic import InternalTopic, next_sequence
 from exactly.log.markers import parse_marker
-from exactly.protocol.records import Record, build_batch, iter_keys_values
+from exactly.protocol.records import Record, build_own_batch, iter_keys_values
 from exactly.share.codec import (
     SNAPSHOT_KEY,
     UPDATE_KEY,
@@ -210,7 +210,7 @@ class ShareStateStore:
 
     def _append(self, key_text: str, records: list[Record], now_ms: int) -> Written:
         plog = self._open().log_for(key_text)
-        plog.append(build_batch(records, timestamp=now_ms), now_ms=now_ms)
+        plog.append_own(build_own_batch(records, timestamp=now_ms), now_ms=now_ms)
         return Written(plog)
 
     @staticmethod
@@ -240,11 +240,11 @@ class ShareStateStore:
         value = ShareUpdate(state.snapshot_epoch, 0, -1, batches)
         record = Record(encode_state_key(StateKey(UPDATE_KEY, *key)), encode_update(value))
         plog = self._open().log_for(self._placement(key))
-        batch = build_batch([record], timestamp=now_ms, producer_id=producer_id,
-                            producer_epoch=producer_epoch,
-                            base_sequence=next_sequence(plog, producer_id, producer_epoch),
-                            transactional=True)
-        plog.append(batch, now_ms=now_ms)
+        batch = build_own_batch([record], timestamp=now_ms, producer_id=producer_id,
+                                producer_epoch=producer_epoch,
+                                base_sequence=next_sequence(plog, producer_id, producer_epoch),
+                                transactional=True)
+        plog.append_own(batch, now_ms=now_ms)
         return Written(plog)
 
     def write(self, key: ShareKey, change: StateChange, now_ms: int) -> Written:

@@ -62,6 +62,11 @@ class TxnLogValue(NamedTuple):
 
 # -- writing --------------------------------------------------------------------------------
 
+# TxnLogValue's tagged fields are its last five, each left out of a record while at its default.
+_FIRST_TAGGED = TxnLogValue._fields.index("prev_producer_id")
+_TAG_DEFAULTS = tuple(TxnLogValue._field_defaults[name]
+                      for name in TxnLogValue._fields[_FIRST_TAGGED:])
+
 
 def encode_key(transactional_id: str) -> bytes:
     raw = transactional_id.encode()
@@ -83,16 +88,18 @@ def encode_value(v: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
     out = bytearray(_VALUE_HEAD.pack(1, v.producer_id, v.producer_epoch, v.txn_timeout_ms,
                                      v.status))
     if v.partitions is None:
-        write_uvarint(out, 0)  # a null compact array (Empty)
+        out.append(0)  # a null compact array (Empty)
     else:
         write_uvarint(out, len(v.partitions) + 1)
         for topic, ids in v.partitions:
             write_compact_string(out, topic)
             write_uvarint(out, len(ids) + 1)
-            for p in ids:
-                out += I32.pack(p)
+            out += struct.pack(f">{len(ids)}i", *ids)
             out.append(0)  # the entry's own (empty) tagged-field section
     out += _TIMES.pack(v.last_update_ms, v.start_ms)
+    if v[_FIRST_TAGGED:] == _TAG_DEFAULTS:  # no tagged field: an older client's transactions
+        out.append(0)
+        return bytes(out)
     # Tagged fields, ascending by tag; a field equal to its default is left out.
     tags: list[tuple[int, bytes]] = []
     if v.prev_producer_id != -1:

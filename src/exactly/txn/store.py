@@ -31,15 +31,23 @@ def to_value(meta: TxnMetadata) -> TxnLogValue:
         raise ValueError(f"{meta.state.display_name} is never written to the transaction log")
     partitions: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     if meta.state is not TxnState.EMPTY:  # Kafka writes a null partition list for Empty
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(meta.partitions):
-            by_topic.setdefault(topic, []).append(partition)
-        partitions = tuple((t, tuple(ps)) for t, ps in by_topic.items())
+        partitions = _by_topic(meta.partitions)
     return TxnLogValue(meta.producer_id, meta.producer_epoch, meta.txn_timeout_ms, int(meta.state),
                        partitions, meta.txn_last_update_ms, meta.txn_start_ms,
                        meta.prev_producer_id, meta.next_producer_id,
                        meta.client_transaction_version, meta.next_producer_epoch,
                        meta.session_timeout_ms)
+
+
+def _by_topic(partitions: set[TopicPartition]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The partitions as (topic, partition ids) per topic, in order."""
+    if len(partitions) == 1:  # as in most transactions: nothing to sort or group
+        ((topic, partition),) = partitions
+        return ((topic, (partition,)),)
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return tuple((t, tuple(ps)) for t, ps in by_topic.items())
 
 
 def from_value(transactional_id: str, v: TxnLogValue) -> TxnMetadata:
