@@ -40,6 +40,11 @@ from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.records import RecordBatchError, iter_batches
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# librdkafka's statistics, which count the consumers' fetches, every this many ms. They cost per
+# second, not per record (json.loads alone 0.36 ms for 16 partitions, librdkafka builds them
+# too): every 100 ms they charged a consumer of 200k-500k records/s 0.01-0.03 CPU-us more per
+# record, the slower target the more.
+STATISTICS_MS = 1000
 
 # Consumers tuned for throughput (librdkafka's names).
 TUNED_CONSUMER = {
@@ -55,6 +60,22 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, all its threads (/proc/<pid>/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def librdkafka_cpu_seconds() -> float:
+    """CPU seconds of this process's librdkafka threads (named rdk:...; /proc/self/task), in
+    clock ticks: where a consumer's fetching (receiving and parsing answers) is spent, apart
+    from the application's thread taking the messages."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # a thread ended meanwhile
+            continue
+        if stat[stat.index("(") + 1:].startswith("rdk:"):
+            fields = stat.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
 
 
 def measure(pid: int | None, work: Callable[[], int]) -> tuple[float, float, float | None]:
@@ -84,7 +105,7 @@ def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolatio
     last: list[dict[str, Any]] = [{}]
     consumer = Consumer({**client, **tuning, "group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": isolation,
-                         "statistics.interval.ms": 100,
+                         "statistics.interval.ms": STATISTICS_MS,
                          "stats_cb": lambda text: last.__setitem__(0, json.loads(text))})
     consumer.list_topics(timeout=30)  # connected
     ready.put(None)
@@ -92,6 +113,7 @@ def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolatio
     consumer.poll(0)  # the statistics so far: what comes before the start is not counted
     fetches_before, rx_before = _fetches(last[0])
     cpu_before = time.process_time()  # every thread of this process, finer than /proc's ticks
+    librdkafka_before = librdkafka_cpu_seconds()
     usage_before = resource.getrusage(resource.RUSAGE_SELF)
     partitions = [TopicPartition(t, p, OFFSET_BEGINNING) for t, p in assignment]
     consumer.assign(partitions)
@@ -104,14 +126,15 @@ def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolatio
                 got += 1
                 size += len(m.value() or b"")
     done, cpu = time.monotonic(), time.process_time() - cpu_before
+    librdkafka = librdkafka_cpu_seconds() - librdkafka_before
     usage = resource.getrusage(resource.RUSAGE_SELF)
     consumer.pause(partitions)  # no more fetches: at most the one in flight is counted
-    time.sleep(0.25)  # statistics taken since, which cover the whole read
+    time.sleep(STATISTICS_MS / 1000 + 0.25)  # statistics taken since, which cover the whole read
     consumer.poll(0)
     fetches, rx = _fetches(last[0])
     out.put((got, size, done, cpu, fetches - fetches_before, rx - rx_before,
              usage.ru_stime - usage_before.ru_stime, usage.ru_minflt - usage_before.ru_minflt,
-             usage.ru_maxrss / 1024))
+             usage.ru_maxrss / 1024, librdkafka))
     consumer.close()
 
 
@@ -127,6 +150,7 @@ class Consumed:
     client_sys: float = 0.0  # of client_cpu, the kernel's part (page faults, socket reads)
     minor_faults: int = 0  # the consumers' page faults while reading: memory they grew into
     peak_rss_mib: float = 0.0  # the largest consumer process's peak RSS
+    librdkafka_cpu: float = 0.0  # of client_cpu, librdkafka's threads' part (fetching)
 
     def per_fetch(self) -> str:
         """What the consumers got per Fetch request, and spent per record: the figures load
@@ -136,7 +160,8 @@ class Consumed:
         return (f"{self.fetches} fetches, {self.records / n:,.0f} records and "
                 f"{self.received / n / 1e3:,.1f} kB per fetch, consumers "
                 f"{self.client_cpu / records * 1e6:.2f} CPU-us per record "
-                f"({self.client_sys / records * 1e6:.2f} system), "
+                f"({self.client_sys / records * 1e6:.2f} system, "
+                f"{self.librdkafka_cpu / records * 1e6:.2f} in librdkafka's threads), "
                 f"{self.minor_faults / records * 1e3:.1f} page faults per 1000 records, "
                 f"peak RSS {self.peak_rss_mib:.0f} MiB")
 
@@ -196,7 +221,8 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
                     client_cpu=sum(r[3] for r in results), fetches=sum(r[4] for r in results),
                     received=sum(r[5] for r in results), client_sys=sum(r[6] for r in results),
                     minor_faults=sum(r[7] for r in results),
-                    peak_rss_mib=max(r[8] for r in results))
+                    peak_rss_mib=max(r[8] for r in results),
+                    librdkafka_cpu=sum(r[9] for r in results))
 
 
 def stored_batches(bootstrap: str, partitions: Iterable[tuple[str, int]]) -> Counter[int]:

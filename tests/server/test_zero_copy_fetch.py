@@ -334,6 +334,46 @@ def test_a_client_that_goes_away_mid_answer_costs_nothing(broker, certs):
         assert answer.error_code == ErrorCode.none
 
 
+def _socket_descriptors(pid: int, client_port: int, broker_port: int) -> int:
+    """How many descriptors the broker process holds on its end of a client's connection."""
+    names = set()
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = (int(a.rsplit(":", 1)[1], 16) for a in fields[1:3])
+        if (local, remote) == (broker_port, client_port):
+            names.add(f"socket:[{fields[9]}]")
+    held = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # a descriptor closed meanwhile
+            held += os.readlink(fd) in names
+    return held
+
+
+def test_a_connection_duplicates_its_socket_once(broker):
+    """File answers go out on a duplicate of the connection's socket, made for the first of them
+    and kept for the next ones (not a dup and a close per answer); it is closed with the
+    connection."""
+    topic = "zc-dup"
+    create_topic(broker.bootstrap, topic, partitions=1)
+    batch = build_batch([Record(None, os.urandom(BIG_BATCH))], timestamp=1_700_000_000_000)
+    pid = broker.process.pid  # type: ignore[union-attr]
+    conn = RawConnection(broker.host, broker.port)
+    ports = conn.sock.getsockname()[1], broker.port
+    produce(conn, topic, 0, batch)
+    assert _socket_descriptors(pid, *ports) == 1
+    request = fetch_request(12, [(topic, None, [(0, 0)])], max_bytes=1 << 20,
+                            partition_max_bytes=1 << 20, read_committed=False)
+    for _ in range(3):
+        _, answer = decode_response(ApiKey.FETCH, 12, exchange(conn, 12, [request])[0])
+        assert len(answer.responses[0].partitions[0].records) == len(batch)  # from the file
+        assert _socket_descriptors(pid, *ports) == 2
+    conn.close()
+    deadline = time.monotonic() + 5
+    while _socket_descriptors(pid, *ports):
+        assert time.monotonic() < deadline, "the broker keeps the closed connection's socket"
+        time.sleep(0.02)
+
+
 def test_after_a_restart_both_paths_keep_their_order(certs, tmp_path):
     """After a restart the segments' bytes are unchecked: the first fetch of them reads and checks
     them (bytes), the next sends them from the files. Pipelined, with the client not reading, the
