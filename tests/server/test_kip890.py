@@ -53,11 +53,12 @@ def add_partition(conn, txn_id, pid, epoch, partition):
     return resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
 
 
-def produce(conn, version, txn_id, pid, epoch, seq, partition, value):
+def produce(conn, version, txn_id, pid, epoch, seq, partition, value, acks=-1):
+    """A transactional batch of one record; with `txn_id` None, a plain one (pid -1)."""
     m = _module("produce", version)
     batch = build_batch([Record(None, value)], timestamp=1_700_000_000_000, producer_id=pid,
-                        producer_epoch=epoch, base_sequence=seq, transactional=True)
-    req = build(request_class(ApiKey.PRODUCE, version), transactional_id=txn_id, acks=i16(-1),
+                        producer_epoch=epoch, base_sequence=seq, transactional=txn_id is not None)
+    req = build(request_class(ApiKey.PRODUCE, version), transactional_id=txn_id, acks=i16(acks),
                 timeout=datetime.timedelta(seconds=10),
                 topic_data=(m.TopicProduceData(name=TOPIC, partition_data=(
                     m.PartitionProduceData(index=i32(partition), records=batch),)),))

@@ -27,7 +27,11 @@ So a 1-partition transaction of an older client (AddPartitionsToTxn, Produce, En
 times, three of them on its answers' path (its Ongoing record, its data, PrepareX) and the
 markers' round while the client turns around; every one of those answers promises what it
 acknowledged is on disk, so none of the three can be left for a later round. Concurrent
-transactions share rounds, coordinator records and data alike.
+transactions share rounds, coordinator records and data alike. (The AddPartitionsToTxn round
+also makes the id's previous CompleteX durable before the client may write again: transaction
+version 1 keeps the producer id and epoch across transactions, so with that CompleteX lost, a
+restart's roll-forward of PrepareX would write its marker over the next transaction's open data
+and end it too; tests/server/test_add_partitions_sync.py.)
 
 EndTxn is answered once the decision is durable, as in Apache Kafka: the outcome is fixed from
 then on (a restart rolls it forward), and the markers follow in a task of their own, which the
