@@ -182,6 +182,38 @@ def test_request_timeout(exactly_broker):
     asyncio.run(main())
 
 
+def test_each_request_times_out_at_its_own_deadline(exactly_broker):
+    """The connection's one timer watches every request's deadline: a request with a shorter
+    timeout sent after a longer one times out first while the other gets its answer, and of
+    two pending requests each times out at its own deadline."""
+    with Admin({"bootstrap.servers": exactly_broker.bootstrap}) as admin:
+        admin.create_topics([NewTopic("conn-deadlines", 1)])
+
+    async def main() -> None:
+        conn = await _connect(exactly_broker.bootstrap)
+        try:
+            waits = asyncio.ensure_future(conn.send(_long_fetch(conn, "conn-deadlines", 800),
+                                                    timeout=30))
+            with pytest.raises(KafkaTimeoutError):
+                await conn.send(_long_fetch(conn, "conn-deadlines", 800), timeout=0.1)
+            assert not waits.done()
+            assert (await waits).responses[0].partitions[0].high_watermark == 0
+            first = asyncio.ensure_future(conn.send(_long_fetch(conn, "conn-deadlines", 800),
+                                                    timeout=0.1))
+            second = asyncio.ensure_future(conn.send(_long_fetch(conn, "conn-deadlines", 800),
+                                                     timeout=0.3))
+            with pytest.raises(KafkaTimeoutError):
+                await first
+            assert not second.done()
+            with pytest.raises(KafkaTimeoutError):
+                await second
+            assert not conn.closed
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+
+
 def test_connection_loss_fails_pending_requests():
     with EmbeddedBroker(settings={"log.flush.policy": "os"}) as broker:
         with Admin({"bootstrap.servers": broker.bootstrap}) as admin:

@@ -30,6 +30,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -131,7 +132,7 @@ class LoopThread:
             coro.close()
             raise RuntimeError("a blocking client call was made from the client's own event loop; "
                                "use the asyncio API (exactly.client.aio) there")
-        call = _Call(coro)
+        call = _Call(coro, _Waker.of_this_thread() if timeout is None else None)
         self.loop.call_soon_threadsafe(call.start)
         return call.wait(timeout)
 
@@ -197,18 +198,26 @@ class LoopThread:
 class _Call:
     """One blocking call's trip to the loop and back (issue 19), leaner than
     asyncio.run_coroutine_threadsafe: one callback woken on the loop creates the task, and the
-    task itself releases a lock the caller waits on when its coroutine ends. No
-    concurrent.futures.Future chained to an asyncio one (their done callbacks, a Condition taken
-    by both threads), no extra loop turn for the task's done callback. As with
-    run_coroutine_threadsafe, a caller that stops waiting (timeout) leaves the coroutine running;
-    a cancelled coroutine raises concurrent.futures.CancelledError in the caller."""
+    task itself releases a lock when its coroutine ends. No concurrent.futures.Future chained
+    to an asyncio one (their done callbacks, a Condition taken by both threads), no extra loop
+    turn for the task's done callback. As with run_coroutine_threadsafe, a caller that stops
+    waiting (timeout) leaves the coroutine running; a cancelled coroutine raises
+    concurrent.futures.CancelledError in the caller.
 
-    __slots__ = ("_coro", "_done", "_error", "_result", "_task")
+    A caller that waits without a timeout sleeps in a read of its thread's `_Waker` pipe, and
+    the task wakes it with a write, which Python makes without holding the GIL: the caller
+    wakes and takes the GIL at once. Woken by the lock's release instead (made holding the
+    GIL), it woke to a GIL the loop thread still held and slept again, and the loop thread was
+    preempted in between: a trip to the loop took 3 voluntary context switches and 21 us of CPU
+    instead of 1 and 12.5 (a coroutine that returns at once, measured on 2 cores)."""
 
-    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+    __slots__ = ("_coro", "_done", "_error", "_result", "_task", "_waker")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], waker: _Waker | None) -> None:
         self._coro: Coroutine[Any, Any, Any] | None = coro
         self._done = threading.Lock()
         self._done.acquire()  # released once the coroutine has ended
+        self._waker = waker  # the caller's, if it waits without a timeout
         self._result: Any = None
         self._error: BaseException | None = None
         self._task: asyncio.Task[None] | None = None  # held: the loop keeps tasks weakly
@@ -228,10 +237,16 @@ class _Call:
                 raise  # KeyboardInterrupt, SystemExit: the loop's too, as asyncio does
         finally:
             self._done.release()
+            if self._waker is not None:
+                self._waker.wake()
 
     def wait(self, timeout: float | None) -> Any:
         """In the caller's thread: the coroutine's result, or its exception raised here."""
-        if not self._done.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+        waker = self._waker
+        if waker is not None:
+            while not self._done.acquire(blocking=False):
+                waker.sleep()
+        elif not self._done.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
             raise TimeoutError(f"the client's loop did not finish the call within {timeout} s")
         error, self._error = self._error, None  # no cycle through the traceback
         if error is None:
@@ -239,6 +254,47 @@ class _Call:
         if isinstance(error, asyncio.CancelledError):
             raise concurrent.futures.CancelledError() from None
         raise error
+
+
+class _Waker:
+    """A pipe a calling thread sleeps on while the loop runs its call (see `_Call`); one per
+    thread, closed once the thread has ended and no call holds it. A wake-up left over from a
+    wait that was interrupted (KeyboardInterrupt) is harmless: the caller sleeps again until
+    its own call's lock is free. A forked child makes its own: the parent's pipe is shared."""
+
+    __slots__ = ("_read", "_write")
+    _local = threading.local()
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        if hasattr(os, "set_blocking"):  # not for pipes on Windows before Python 3.12
+            os.set_blocking(self._write, False)  # a full pipe wakes the reader already
+
+    @classmethod
+    def of_this_thread(cls) -> _Waker:
+        waker: _Waker | None = getattr(cls._local, "waker", None)
+        if waker is None:
+            waker = cls._local.waker = cls()
+        return waker
+
+    def sleep(self) -> None:
+        os.read(self._read, 64)  # the GIL released meanwhile
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._write, b"\0")  # the GIL released during the write
+
+    def __del__(self, close: Callable[[int], None] = os.close) -> None:
+        close(self._read)  # `close` bound early: at exit the module's globals may be gone
+        close(self._write)
+
+    @classmethod
+    def _forget_all(cls) -> None:
+        cls._local = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_Waker._forget_all)
 
 
 class Blocking:

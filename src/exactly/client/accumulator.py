@@ -59,6 +59,7 @@ class RecordAccumulator:
         # Transactional: partitions that got a new batch since the sender last looked (it adds
         # them to the transaction at once; see Sender._join_transaction).
         self.started: set[tuple[str, int]] = set()
+        self.last_started = float("-inf")  # when the newest batch was started, on `clock`
 
     def state(self, topic: str, partition: int) -> PartitionState:
         states = self.topics.get(topic)
@@ -95,7 +96,7 @@ class RecordAccumulator:
             self.wake()
         if not new_batch:
             return None
-        created = self.clock()
+        created = self.last_started = self.clock()
         batch = ProducerBatch(topic, partition, self.batch_size, self.codec, created, timestamp)
         if self.transactional:
             batch.transactional = True
@@ -214,4 +215,8 @@ class RecordAccumulator:
 
     def has_queued(self) -> bool:
         with self.lock:
-            return any(st.batches for st in self.states())
+            return self.queued()
+
+    def queued(self) -> bool:
+        """has_queued() for a caller holding `lock`."""
+        return any(st.batches for st in self.states())

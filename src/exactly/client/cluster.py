@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -46,8 +47,8 @@ class ClusterMetadata:
 
 def request_module(conn: BrokerConnection, api_key: int, *, max_version: int | None = None) -> Any:
     """The kio module of the request version `conn` will use: build nested entities from it."""
-    return __import__(request_class(api_key, conn.version(api_key, max_version=max_version)).__module__,
-                      fromlist=["_"])
+    return sys.modules[request_class(api_key, conn.version(api_key,
+                                                           max_version=max_version)).__module__]
 
 
 def make_request(conn: BrokerConnection, api_key: int, *, max_version: int | None = None,

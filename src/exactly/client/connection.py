@@ -33,6 +33,7 @@ log = logging.getLogger("exactly.client")
 
 _SIZE = struct.Struct(">i")
 _WRITE_BUFFER = 1 << 22
+_INF = float("inf")
 
 
 class BrokerConnection:
@@ -49,7 +50,11 @@ class BrokerConnection:
         self.node_id: int | None = None
         self._frames: _Frames | None = None
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        # correlation id -> (api key, version, future, deadline on the loop's clock)
+        self._waiting: dict[int, tuple[int, int, asyncio.Future[Any], float]] = {}
+        # One timer for every waiter's deadline (see send), due at the earliest one it knows.
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_at = _INF
         self._broker_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
         self.closed = False
@@ -168,16 +173,18 @@ class BrokerConnection:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if expect_response:
-            self._waiting[correlation_id] = (api_key, version, future)
+            # The connection's one timer fails the waiters whose deadline passed, rather than
+            # asyncio.wait_for (an extra future and callbacks) or a timer per request (made
+            # and cancelled: 3-5 us each, two or three per 1-record transaction; issue 19).
+            deadline = loop.time() + (timeout if timeout is not None else self.request_timeout)
+            self._waiting[correlation_id] = (api_key, version, future, deadline)
+            if deadline < self._deadline_at:
+                self._watch_deadline(deadline)
         frames.transport.write(frame)
         if frames.paused:  # the socket's buffer is full: wait until it drains
             await frames.drained()
         if not expect_response:
             return None
-        # A timer on the future rather than asyncio.wait_for, whose extra future and callbacks
-        # per request show in what a 1-record transaction costs (issue 19).
-        timer = loop.call_later(timeout if timeout is not None else self.request_timeout,
-                                _expire, future)
         try:
             return await future
         except TimeoutError:
@@ -192,8 +199,32 @@ class BrokerConnection:
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError from None
             raise
-        finally:
-            timer.cancel()
+
+    def _watch_deadline(self, at: float) -> None:
+        """Have the connection's timer fire at `at` (the loop's clock), or not at all (inf)."""
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+        self._deadline_at = at
+        if at < _INF:
+            self._deadline_timer = asyncio.get_running_loop().call_at(at, self._deadlines_due)
+
+    def _deadlines_due(self) -> None:
+        """The timer fired: fail the waiters whose deadline passed (their send() raises
+        KafkaTimeoutError), and set it for the earliest of the others."""
+        self._deadline_timer = None
+        # A millisecond's slack: uvloop's clock counts whole milliseconds, and its timers can
+        # fire when it reads a little before their time.
+        now = asyncio.get_running_loop().time() + 0.001
+        earliest = _INF
+        for _, _, future, deadline in self._waiting.values():
+            if future.done():
+                continue  # a cancelled send(); its answer, if any, is dropped
+            if deadline <= now:
+                future.set_exception(TimeoutError())
+            elif deadline < earliest:
+                earliest = deadline
+        self._watch_deadline(earliest)
 
     def _on_frame(self, frame: bytes) -> None:
         """A response frame (without its size) arrived: resolve its request's waiter."""
@@ -201,7 +232,7 @@ class BrokerConnection:
         entry = self._waiting.pop(correlation_id, None)
         if entry is None:
             return  # its caller timed out
-        api_key, version, future = entry
+        api_key, version, future, _ = entry
         if future.done():
             return
         if api_key == ApiKey.API_VERSIONS and frame[4:6] == b"\x00\x23":
@@ -222,7 +253,10 @@ class BrokerConnection:
         """The connection is gone (closed by either side, or failed): fail every waiter."""
         self.closed = True
         waiting, self._waiting = self._waiting, {}
-        for _, _, future in waiting.values():
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer, self._deadline_at = None, _INF
+        for _, _, future, _ in waiting.values():
             if not future.done():
                 future.set_exception(KafkaConnectionError(
                     f"connection to {self.host}:{self.port} lost: {error or 'closed'}"))
@@ -304,8 +338,3 @@ class _Frames(asyncio.Protocol):
             self._drained = asyncio.get_running_loop().create_future()
         await self._drained
 
-
-def _expire(future: asyncio.Future[Any]) -> None:
-    """request.timeout.ms passed: the waiting send() raises KafkaTimeoutError."""
-    if not future.done():
-        future.set_exception(TimeoutError())

@@ -102,8 +102,9 @@ class Sender:
         self.expire_checked = 0.0
         self.stopping = False
         self.flushes = 0  # flushes about to send the ready batches themselves (send_now)
-        self.timer: asyncio.TimerHandle | None = None  # wakes the sender when a batch is due
-        self.timer_at = 0.0
+        # When the sender looks at the queues next: (due, timer) pairs, the earliest first, at
+        # most two (see wake_at); replaced whole, as another thread reads it (looks_by).
+        self.timers: tuple[tuple[float, asyncio.TimerHandle], ...] = ()
 
     async def run(self) -> None:
         wake = self.wake_event
@@ -123,25 +124,42 @@ class Sender:
     def wake_at(self, when: float) -> None:
         """Have the sender look at the queues at `when` (time.monotonic()), unless it is due
         to look by then already; on the loop. A new batch that lingers sets this alone: the
-        sender does not run a step just to learn when the batch is due (issue 19)."""
-        old = self.timer
-        if old is not None and self.timer_at <= when:
+        sender does not run a step just to learn when the batch is due (issue 19).
+
+        An earlier timer does not replace a later one: the latest is kept beside it (any
+        between is dropped), so that once the earlier one (a step's, sooner than linger.ms)
+        has fired, a send() still finds the sender due to look by its batch's deadline and
+        makes no trip to the loop (`looks_by`)."""
+        timers = self.timers
+        if timers and timers[0][0] <= when:
             return
-        # Another thread reads `timer` then `timer_at` without a lock (looks_by): a timer it
-        # sees is live, or was replaced by an earlier one, so `timer_at` is set first.
-        self.timer_at = when
-        self.timer = asyncio.get_running_loop().call_later(when - time.monotonic(), self._due)
-        if old is not None:
-            old.cancel()
+        timer = asyncio.get_running_loop().call_later(when - time.monotonic(), self._due, when)
+        if len(timers) == 2:
+            timers[0][1].cancel()
+        self.timers = ((when, timer), *timers[-1:])
 
     def looks_by(self, when: float) -> bool:
         """Whether the sender will look at the queues by `when` anyway (a timer is set): a
         batch appended before this call, due then, needs no wake-up. From any thread: the
         blocking Producer's send() then makes no trip to the loop (issue 19)."""
-        return self.timer is not None and self.timer_at <= when
+        timers = self.timers
+        return bool(timers) and timers[0][0] <= when
 
-    def _due(self) -> None:
-        self.timer = None
+    def _due(self, when: float) -> None:
+        """A timer fired: the sender looks at the queues, unless none is queued or a flush is
+        sending them (a commit's: nothing to do here). The timer is then set again for
+        linger.ms from now if a batch was started within the last linger.ms: the send()s of
+        the next transactions find it (`looks_by`) and make no trip to the loop, and while
+        transactions go on the loop thread wakes once per linger.ms for it, without a step
+        (issue 19)."""
+        self.timers = tuple(timer for timer in self.timers if timer[0] != when)
+        acc = self.accumulator
+        with acc.lock:  # a send() from another thread appends and reads `timers` holding it
+            if self.flushes or not acc.queued():
+                now = time.monotonic()
+                if acc.last_started > now - acc.linger:
+                    self.wake_at(now + acc.linger)
+                return
         self.wake_event.set()
 
     async def send_now(self) -> bool:
@@ -180,8 +198,8 @@ class Sender:
                 last = (node, conn, request, batches)
         if self.accumulator.has_queued():
             self.wake()
-        # The linger timer stays: it serves the batches of the next transactions (at most one
-        # step per linger.ms), and the blocking send() skips its wake-up while it is set.
+        # The linger timer stays: it serves the batches of the next transactions (see _due),
+        # and the blocking send() skips its wake-up while it is set.
         if last is not None:
             await self._request(*last, inline=True)
         return True
@@ -619,6 +637,9 @@ class Sender:
         """Fail what is still queued or on its way, and end the loop."""
         self.stopping = True
         self.wake_event.set()
+        for _, timer in self.timers:
+            timer.cancel()
+        self.timers = ()
         for _, b in self.accumulator.take_all():
             self._complete(b, error=error)
         for task in list(self.tasks):

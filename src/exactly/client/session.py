@@ -739,7 +739,7 @@ class AsyncTransactionSession:
                 response = await conn.send(request(conn), timeout=remaining)
                 code = error_of(response)
                 kind = classify(code, api, resumed=self._resumed)
-                last = error_name(code)
+                last = ""  # error_name(code), when it is needed
             except KafkaTimeoutError:
                 raise KafkaTimeoutError(f"transactional id {self._txn_id!r}: {api} got no answer "
                                         f"within request.timeout.ms={timeout_ms}; call again to "
@@ -760,7 +760,8 @@ class AsyncTransactionSession:
                     self._cluster.forget_coordinator(key_type, key)
                 if time.monotonic() + backoff > deadline:
                     raise KafkaTimeoutError(
-                        f"transactional id {self._txn_id!r}: {api} still failing ({last}) after "
+                        f"transactional id {self._txn_id!r}: {api} still failing "
+                        f"({last or error_name(code)}) after "
                         f"request.timeout.ms={timeout_ms}; call again to retry", code)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
