@@ -37,6 +37,28 @@ def test_end_writes_prepare_and_returns_markers(coord: TransactionCoordinator,
     assert log_end(coord) == end + 2
 
 
+def test_a_failed_complete_write_leaves_the_prepared_state(
+        coord: TransactionCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """markers_written builds CompleteX apart from the current PrepareX (no copy of its own, issue
+    19): a failed write of it leaves PrepareX as it was, and the markers still pending."""
+    from exactly.log.errors import StorageError
+
+    pid, epoch = begin(coord)
+    markers = coord.end_txn(TXN, pid, epoch, True, bump_epoch=True, now_ms=T0 + 5).markers
+    before = coord.describe(TXN)
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise StorageError("disk full")
+
+    monkeypatch.setattr(coord.state_manager.txn_log, "write", fail)
+    with pytest.raises(StorageError):
+        coord.markers_written(TXN, T0 + 6)
+    assert coord.describe(TXN) == before and coord.pending_markers() == [markers]
+    monkeypatch.undo()
+    assert coord.markers_written(TXN, T0 + 7) == (pid, epoch + 1)
+    assert state(coord) is TxnState.COMPLETE_COMMIT
+
+
 @pytest.mark.parametrize("commit", [True, False])
 def test_retry_after_complete_succeeds(coord: TransactionCoordinator, commit: bool) -> None:
     pid, epoch = begin(coord)

@@ -452,7 +452,7 @@ class TransactionCoordinator:
         if not meta.state.is_prepare:
             raise TxnStateError(f"markers written for transactional id {transactional_id!r} in "
                                 f"state {meta.state.display_name}")
-        done = _completed(meta.copy(), now_ms)
+        done = _completed(meta, now_ms)  # a new version: the current one stays until written
         self.state_manager.commit(done, transactional_id=transactional_id, now_ms=now_ms)
         log.debug("event=txn_complete transactional_id=%r state=%s producer_id=%d epoch=%d",
                  transactional_id, done.state.display_name, done.producer_id, done.producer_epoch)
@@ -595,8 +595,9 @@ def _check_identity(meta: TxnMetadata, producer_id: int, producer_epoch: int) ->
 
 
 def _completed(prepared: TxnMetadata, now_ms: int) -> TxnMetadata:
-    """PrepareX -> CompleteX: partitions cleared; the client-facing identity (a rotated id, a
-    kept transaction's owner) becomes ProducerId/ProducerEpoch."""
+    """PrepareX -> CompleteX, as a copy of `prepared` (left as it is): partitions cleared; the
+    client-facing identity (a rotated id, a kept transaction's owner) becomes ProducerId/
+    ProducerEpoch."""
     done = prepared.copy()
     done.transition(TxnState.COMPLETE_COMMIT if prepared.state is TxnState.PREPARE_COMMIT
                     else TxnState.COMPLETE_ABORT)
