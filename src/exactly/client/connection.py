@@ -1,10 +1,18 @@
 """One TCP connection to one broker: ApiVersions negotiation, pipelined requests, responses
 matched to their requests by correlation id.
 
-Responses are read by an asyncio Protocol: each complete frame is decoded and handed to its
-waiter in the loop turn its bytes arrive, with no reader task in between (a task would add a
+Responses are read by an asyncio BufferedProtocol: each complete frame is decoded and handed to
+its waiter in the loop turn its bytes arrive, with no reader task in between (a task would add a
 loop turn and a stream reader's work to every response: issue 19, a 1-record transaction has
 two or three responses on its critical path).
+
+The transport reads into a buffer the connection keeps (RECEIVE_BUFFER), not into a fresh bytes
+object per read: the standard loop's reads ask for 256 KiB, which glibc may serve with mmap, and
+then every answer cost an mmap, an mremap and a munmap (issue 19). A frame too large for that
+buffer (a Fetch answer of megabytes) is read straight into a buffer of its own size, kept for
+the next one up to LARGE_KEPT. A frame is decoded from a view of the buffer: the decoders copy
+what the response keeps (kio makes bytes of records and strings), so nothing refers to the buffer
+once the frame is handled and the next answers are read over it.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ log = logging.getLogger("exactly.client")
 
 _SIZE = struct.Struct(">i")
 _WRITE_BUFFER = 1 << 22
+RECEIVE_BUFFER = 64 * 1024  # answers up to this are read into the connection's buffer
+LARGE_KEPT = 1 << 20  # a buffer for larger answers is kept for the next one up to this size
+# A larger answer's buffer is made of its size at once up to this (fetch.max.bytes' default, 50
+# MiB, fits), and beyond it grows as the bytes arrive: a size read from something that is not a
+# broker (an HTTP server's "HTTP" is 1.2 GB) is not allocated before it is sent.
+LARGE_AT_ONCE = 64 << 20
 _INF = float("inf")
 
 
@@ -226,8 +240,9 @@ class BrokerConnection:
                 earliest = deadline
         self._watch_deadline(earliest)
 
-    def _on_frame(self, frame: bytes) -> None:
-        """A response frame (without its size) arrived: resolve its request's waiter."""
+    def _on_frame(self, frame: memoryview) -> None:
+        """A response frame (without its size) arrived: resolve its request's waiter. `frame` is
+        a view of the connection's read buffer, read over after this returns."""
         (correlation_id,) = struct.unpack_from(">i", frame, 0)
         entry = self._waiting.pop(correlation_id, None)
         if entry is None:
@@ -274,7 +289,7 @@ class BrokerConnection:
         return f"BrokerConnection({self.host}:{self.port}, node={self.node_id})"
 
 
-class _Frames(asyncio.Protocol):
+class _Frames(asyncio.BufferedProtocol):
     """The connection's reading side: cuts the byte stream into size-prefixed response frames
     and hands each to the connection as soon as it is complete; and the writing side's flow
     control (`paused` while the socket's buffer is full)."""
@@ -282,7 +297,11 @@ class _Frames(asyncio.Protocol):
     def __init__(self, conn: BrokerConnection) -> None:
         self.conn = conn
         self.transport: asyncio.Transport = None  # type: ignore[assignment] # set at once
-        self.buffer = bytearray()
+        self.buffer = bytearray(RECEIVE_BUFFER)
+        self.have = 0  # bytes of self.buffer received and not yet taken as frames
+        self.large = bytearray()  # the buffer of a frame larger than self.buffer
+        self.frame_size: int | None = None  # the size of the large frame being read
+        self.frame_have = 0  # and its bytes read so far
         self.paused = False
         self._drained: asyncio.Future[None] | None = None
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -292,27 +311,52 @@ class _Frames(asyncio.Protocol):
         # Writers wait once 4 MiB are buffered (large produce requests go out back to back).
         self.transport.set_write_buffer_limits(high=_WRITE_BUFFER)
 
-    def data_received(self, data: bytes) -> None:
-        buffer = self.buffer
-        if not buffer and len(data) >= 8 and _SIZE.unpack_from(data)[0] == len(data) - 4:
-            self.conn._on_frame(data[4:])  # the usual case: exactly one frame
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.frame_size is None:
+            return memoryview(self.buffer)[self.have:]
+        if self.frame_have == len(self.large):  # grown as its bytes arrive (LARGE_AT_ONCE)
+            # A new buffer, not a resize: the transport may still hold a view of the old one.
+            grown = bytearray(min(self.frame_size, 2 * len(self.large)))
+            grown[:self.frame_have] = memoryview(self.large)[:self.frame_have]
+            self.large = grown
+        return memoryview(self.large)[self.frame_have:self.frame_size]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.frame_size is None:
+            self.have += nbytes
+            self._take_frames()
             return
-        buffer += data
-        end = len(buffer)
-        pos = 0
-        while end - pos >= 4:
+        self.frame_have += nbytes
+        if self.frame_have == self.frame_size:
+            self.frame_size = None
+            self.conn._on_frame(memoryview(self.large)[:self.frame_have].toreadonly())
+            if len(self.large) > LARGE_KEPT:
+                self.large = bytearray()
+
+    def _take_frames(self) -> None:
+        """Hand over the complete frames in self.buffer; keep the rest at its start."""
+        buffer, have, pos = self.buffer, self.have, 0
+        while have - pos >= 4:
             (size,) = _SIZE.unpack_from(buffer, pos)
             if size < 4:
                 self.transport.close()
                 self.conn._on_lost(KafkaConnectionError(f"a response frame of {size} bytes"))
                 return
-            if end - pos - 4 < size:
+            if have - pos - 4 < size:
+                if 4 + size > len(buffer):  # too large for it: read in place, in its own buffer
+                    got = have - pos - 4
+                    if len(self.large) < size:
+                        self.large = bytearray(min(size, LARGE_AT_ONCE))
+                    self.large[:got] = memoryview(buffer)[pos + 4:have]
+                    self.frame_size, self.frame_have = size, got
+                    pos = have
                 break
-            frame = bytes(buffer[pos + 4:pos + 4 + size])
             pos += 4 + size
-            self.conn._on_frame(frame)
-        if pos:
-            del buffer[:pos]
+            self.conn._on_frame(memoryview(buffer)[pos - size:pos].toreadonly())
+        rest = have - pos
+        if rest and pos:  # a frame's first bytes after whole frames (a copy: they may overlap)
+            buffer[:rest] = buffer[pos:have]
+        self.have = rest
 
     def eof_received(self) -> bool | None:
         return None  # close the transport: connection_lost follows
