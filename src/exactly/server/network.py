@@ -12,8 +12,11 @@ alone, so that a large frame following a large one lands in that buffer from its
 Requests on one connection are pipelined: each is handed to its handler as soon as it is read,
 and responses are written in the order the requests arrived. A handler runs inline until it
 finishes or first waits (most finish: their answer is written at once, without a task); one that
-waits goes on as a task. Handlers start in arrival order, so a handler that changes state before
-its first `await` (Produce appends that way) keeps the client's order. Reading pauses while
+waits goes on as a task, whose last step writes the answer if it is next in line: not a loop turn
+later from a done callback, and before a task the handler started takes its first step (EndTxn's
+markers go after its answer, which the client waits for). Handlers start in arrival order, so a
+handler that changes state before its first `await` (Produce appends that way) keeps the
+client's order. Reading pauses while
 MAX_IN_FLIGHT answers are waiting, the unsent answers exceed MAX_WRITE_BUFFER, or the requests
 waiting for answers hold too many bytes (request_memory.py, `queued.max.request.bytes`).
 
@@ -51,7 +54,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -577,7 +580,7 @@ class Connection(asyncio.BufferedProtocol):
             return not session.close_after_response  # a failed authentication
         except Exception:  # noqa: BLE001 - logged by _run; the client can't match a lost answer
             return False
-        future = asyncio.ensure_future(_resume_handler(coro, waiting_on))
+        future = asyncio.ensure_future(_resume_handler(coro, waiting_on, self._answered))
         if in_place:
             self._lend_large(future)
         self._pending.append(future)
@@ -623,6 +626,18 @@ class Connection(asyncio.BufferedProtocol):
         ready: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         ready.set_result(frame)  # after the earlier answers, which are still in the works
         self._pending.append(ready)
+
+    def _answered(self, frame: Frame) -> Frame:
+        """A suspended handler's answer, from its task's last step: written at once when it is
+        next in line (None then), else returned as the task's result, for `_write_ready`."""
+        pending = self._pending
+        if not pending or pending[0] is not asyncio.current_task() or self._sending is not None:
+            return frame
+        pending.popleft()
+        if frame is not None:
+            self._write(frame)
+        self._write_ready()
+        return None
 
     def _release(self, size: int, _future: asyncio.Future[Frame]) -> None:
         self._held -= size
@@ -760,8 +775,10 @@ def _drop(frame: Frame) -> None:
         frame.close()
 
 
-async def _resume_handler(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> Frame:
-    """Drive a handler that ran inline until it waited, as an asyncio Task would have."""
+async def _resume_handler(coro: Coroutine[Any, Any, Frame], waiting_on: Any,
+                          answered: Callable[[Frame], Frame]) -> Frame:
+    """Drive a handler that ran inline until it waited, as an asyncio Task would have, and hand
+    its answer to `answered` in the same step."""
     while True:
         if waiting_on is None:  # a bare yield: asyncio.sleep(0)
             await asyncio.sleep(0)
@@ -774,7 +791,7 @@ async def _resume_handler(coro: Coroutine[Any, Any, Frame], waiting_on: Any) -> 
         try:
             waiting_on = coro.send(None)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return answered(done.value)
 
 
 async def start_server(services: Services, connections: set[Connection], host: str, port: int,
