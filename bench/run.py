@@ -14,12 +14,13 @@ CPU per record (and its system part), their page faults per 1000 records and the
 (librdkafka's mock answers one stored batch per partition per Fetch;
 Exactly, as Kafka, fills each answer up to the request's limits.)
 
-`--max-partition-fetch-bytes` sets the consumers' max.partition.fetch.bytes (10 MiB by default):
+`--max-partition-fetch-bytes` sets the consumers' max.partition.fetch.bytes (10 MiB by default,
+1 MiB for 100 B records: see `--fetch-sizes` below):
 a consumer reading 100-byte records waits for the whole first answer before its first record,
 and with 10 MiB per partition that answer holds everything (tens of MB), where the mock answers
 one stored batch per partition; 262144 lets the consumers start after 2 MB (the mock's answers
 are below that either way). `--fetch-max-bytes` sets fetch.max.bytes, the limit of a whole
-answer (50 MB by default).
+answer (50 MB by default, 4 MiB for 100 B records).
 
 `--same-batches [N]` makes the producer write the same data into both targets: by default its
 batches close as answers come back, at different moments against different brokers (about 590
@@ -49,31 +50,64 @@ the noise of a loaded machine (medians of 12 interleaved runs: 0.775-0.803 on th
 0.795 on Exactly). Nor did corking the socket around each zero-copy answer (whole TCP
 segments instead of a push after each partition's records) change it.
 
+`--fetch-sizes F[:P] ...` sweeps the consumers' tuning: each round produces once into a fresh mock
+and a fresh broker, then consumes the same data with fetch.max.bytes F and
+max.partition.fetch.bytes P (P = F when omitted), every setting on both targets alternately (the
+mock, which answers at most one stored batch per partition, is the reference); it prints, per
+setting and target, the medians over `--repeat` rounds of the consumers' CPU per record
+(librdkafka's threads' part) and kB per Fetch, and the broker's CPU per GB.
+
+What it showed (100 B, `--same-batches`, two sweeps of 3 rounds and Exactly alone in runs of 5 and
+6 rounds; medians of the consumers' CPU-us per record on Exactly, the mock's beside): 50 MB/10 MiB
+(the default before) 0.95-1.11 against the mock's 0.84-0.92 (answers of 14-16 MB); 8 MiB/2 MiB
+0.87-1.01 against 0.88-0.95; 4 MiB/1 MiB 0.86-1.00 against 0.84-0.95; 2 MiB/1 MiB 0.85-1.01 against
+0.85-1.02; 1 MiB/256 KiB 0.88-0.95. From 8 MiB down the consumers read as fast as from the mock, no
+setting among those clearly ahead; the broker's CPU per GB rises as answers shrink (from
+/proc/<pid>/task/*/schedstat: 0.32 s at 50 MB, 0.48-0.52 at 4 MiB, 0.76-0.80 at 2 MiB, 1.2 at 1
+MiB: more Fetch requests for the same bytes). So the 100 B workload's consumers ask for 4 MiB
+answers and 1 MiB per partition (SMALL_RECORDS_FETCH): within the noise of the best in every run (8
+MiB the slowest of them, or tied, in both sweeps), for two thirds of 2 MiB's broker CPU. The 1 KiB
+workload keeps TUNED_CONSUMER's sizes; the command line's sizes override both.
+
     .venv/bin/python bench/run.py [--quick] [--consumers N] [--max-partition-fetch-bytes N]
     .venv/bin/python bench/run.py --same-batches [N] [--workload 100B] [--repeat 3]
         [--max-partition-fetch-bytes 90000]
+    .venv/bin/python bench/run.py --fetch-sizes 52428800:10485760 2097152:1048576
+        [--same-batches [N]] [--workload 100B] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import statistics
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from measure import TUNED_CONSUMER, consume_in_processes, describe_batches, measure, stored_batches
+from measure import (
+    TUNED_CONSUMER,
+    Consumed,
+    consume_in_processes,
+    describe_batches,
+    measure,
+    stored_batches,
+)
 
 from exactly.testing import EmbeddedBroker
 
 PARTITIONS = 4  # what the mock cluster gives an auto-created topic
 TOPICS = 8  # spread over several topics: the mock keeps at most 5 MiB per partition
-CONSUMER = dict(TUNED_CONSUMER)  # the consumers' settings (--max-partition-fetch-bytes)
+CONSUMER: dict[str, object] = {}  # the command line's fetch sizes, over the workload's
 PRODUCER: dict[str, object] = {}  # settings over the producer's defaults (--same-batches)
+# The 100 B consumers' fetch sizes: answers that read as fast as the mock's (see above).
+SMALL_RECORDS_FETCH = {"fetch.max.bytes": 4 << 20, "max.partition.fetch.bytes": 1 << 20}
 
 
 @dataclass
@@ -81,6 +115,11 @@ class Workload:
     name: str
     size: int
     count: int
+    # The consumers' fetch sizes over TUNED_CONSUMER's: those that read fastest (--fetch-sizes).
+    fetch: dict[str, object] = field(default_factory=dict)
+
+    def tuning(self) -> dict[str, object]:
+        return {**TUNED_CONSUMER, **self.fetch, **CONSUMER}
 
 
 @dataclass
@@ -148,7 +187,7 @@ def _consume(conf: dict, placed: Counter, consumers: int, pid: int | None, w: Wo
     """Read everything back with tuned consumer processes."""
     expected = sum(placed.values())
     done = consume_in_processes(conf, dict(placed), processes=consumers, broker_pid=pid,
-                                tuning=CONSUMER)
+                                tuning=w.tuning())
     if done.records < expected:
         raise ShortRead(f"consumed {done.records} of {expected}")
     # (The few warm-up records are read too; the figures count the workload's.)
@@ -204,31 +243,47 @@ def best(runs: list[tuple[Result, ...]]) -> tuple[Result, ...]:
     return tuple(max((r[i] for r in runs), key=lambda x: x.msgs_per_s) for i in range(2)) + runs[0][2:]
 
 
-def run_mock(w: Workload, consumers: int) -> tuple[Result, Result]:
+@contextlib.contextmanager
+def mock_target(w: Workload) -> Iterator[tuple[None, dict, list[str]]]:
+    """librdkafka's mock cluster: (no broker pid, client settings, topics)."""
     # The mock cluster lives inside this producer; the consumers connect to its listener.
     holder = Producer({"test.mock.num.brokers": 1})
     broker = holder.list_topics(timeout=10).brokers
     (meta,) = broker.values()
-    conf = {"bootstrap.servers": f"{meta.host}:{meta.port}"}
-    topics = [f"mock-{w.name}-{i}" for i in range(TOPICS)]  # auto-created, PARTITIONS each
     try:
-        produced, consumed = _run(None, conf, topics, w, consumers)
-    except ShortRead as exc:
-        # The mock is a speed reference only; some runs it loses 1 KiB records (a few percent).
-        print(f"# the mock's consume came up short ({exc}): its consume figure is left out",
-              flush=True)
-        produced, consumed = Result(0.0, 0.0), Result(0.0, 0.0)
-    del holder
-    return produced, consumed
+        # auto-created, PARTITIONS each
+        yield None, {"bootstrap.servers": f"{meta.host}:{meta.port}"}, [
+            f"mock-{w.name}-{i}" for i in range(TOPICS)]
+    finally:
+        del holder
 
 
-def run_exactly(w: Workload, policy: str, consumers: int) -> tuple[Result, Result, float]:
+@contextlib.contextmanager
+def exactly_target(w: Workload, policy: str) -> Iterator[tuple[EmbeddedBroker, dict, list[str]]]:
+    """An Exactly broker with the workload's topics: (broker, client settings, topics)."""
     with EmbeddedBroker(settings={"log.flush.policy": policy}) as broker:
-        sampler = RssSampler(broker.process.pid)
-        sampler.start()
         conf = {"bootstrap.servers": broker.bootstrap}
         topics = [f"exactly-{w.name}-{i}" for i in range(TOPICS)]
         _create_topics(conf, topics)
+        yield broker, conf, topics
+
+
+def run_mock(w: Workload, consumers: int) -> tuple[Result, Result]:
+    with mock_target(w) as (_none, conf, topics):
+        try:
+            return _run(None, conf, topics, w, consumers)
+        except ShortRead as exc:
+            # The mock is a speed reference only; some runs it loses 1 KiB records (a few
+            # percent).
+            print(f"# the mock's consume came up short ({exc}): its consume figure is left out",
+                  flush=True)
+            return Result(0.0, 0.0), Result(0.0, 0.0)
+
+
+def run_exactly(w: Workload, policy: str, consumers: int) -> tuple[Result, Result, float]:
+    with exactly_target(w, policy) as (broker, conf, topics):
+        sampler = RssSampler(broker.process.pid)
+        sampler.start()
         produced, consumed = _run(broker.process.pid, conf, topics, w, consumers)
         return produced, consumed, sampler.stop()
 
@@ -243,31 +298,40 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="runs per target; the best counts")
     parser.add_argument("--consumers", type=int, default=2, help="consumer processes")
     parser.add_argument("--max-partition-fetch-bytes", type=int,
-                        default=TUNED_CONSUMER["max.partition.fetch.bytes"],
-                        help="the consumers' max.partition.fetch.bytes")
-    parser.add_argument("--fetch-max-bytes", type=int, default=TUNED_CONSUMER["fetch.max.bytes"],
-                        help="the consumers' fetch.max.bytes: the limit of a whole answer")
+                        help="the consumers' max.partition.fetch.bytes (default: the workload's)")
+    parser.add_argument("--fetch-max-bytes", type=int,
+                        help="the consumers' fetch.max.bytes, the limit of a whole answer "
+                             "(default: the workload's)")
     parser.add_argument("--same-batches", type=int, nargs="?", const=800, metavar="N",
                         help="identical stored batches of N records (800) on both targets; "
                              "alternates the mock and Exactly os, every run printed")
     parser.add_argument("--workload", choices=("100B", "1KiB"), help="only this workload")
+    parser.add_argument("--fetch-sizes", type=fetch_sizes, nargs="+", metavar="F[:P]",
+                        help="sweep: consume with each fetch.max.bytes F and "
+                             "max.partition.fetch.bytes P (P=F if omitted) on both targets")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     # The mock drops data past 5 MiB per partition (its overhead included): 3 to 4 MiB each.
-    workloads = [w for w in (Workload("100B", 100, 900_000 // scale),
+    workloads = [w for w in (Workload("100B", 100, 900_000 // scale, dict(SMALL_RECORDS_FETCH)),
                              Workload("1KiB", 1024, 64_000 // scale))
                  if args.workload in (None, w.name)]
-    CONSUMER["max.partition.fetch.bytes"] = args.max_partition_fetch_bytes
-    CONSUMER["fetch.max.bytes"] = args.fetch_max_bytes
+    if args.max_partition_fetch_bytes is not None:
+        CONSUMER["max.partition.fetch.bytes"] = args.max_partition_fetch_bytes
+    if args.fetch_max_bytes is not None:
+        CONSUMER["fetch.max.bytes"] = args.fetch_max_bytes
     if args.same_batches:
         # A batch closes at N records, long before linger.ms; flush() sends the rest at once.
         PRODUCER.update({"linger.ms": 5000,
                          "batch.num.messages": args.same_batches,
                          "batch.size": 16_000_000})
+    if args.fetch_sizes:
+        sweep(workloads, args.fetch_sizes, args.repeat, args.consumers)
+        return
+    if args.same_batches:
         same_batches(workloads, args.repeat, args.consumers)
         return
-    print(f"{args.consumers} consumer processes ({CONSUMER}); CPU: the broker's CPU seconds "
-          "per GB")
+    print(f"{args.consumers} consumer processes ({_tunings(workloads)}); CPU: the broker's CPU "
+          "seconds per GB")
     print(f"{'workload':<9} {'target':<16} {'produce msg/s':>14} {'MB/s':>7} {'ratio':>6} "
           f"{'CPU':>6}   {'consume msg/s':>14} {'MB/s':>7} {'ratio':>6} {'CPU':>6}   "
           f"{'peak RSS':>9}")
@@ -291,8 +355,8 @@ def main() -> None:
 def same_batches(workloads: list[Workload], repeat: int, consumers: int) -> None:
     """The mock and Exactly (os) alternately, `repeat` times each, on identical stored batches:
     every run's consume figures, the ratio to the mock run just before, and what was stored."""
-    print(f"{consumers} consumer processes ({CONSUMER}); producer {PRODUCER}; CPU: the broker's "
-          "CPU seconds per GB")
+    print(f"{consumers} consumer processes ({_tunings(workloads)}); producer {PRODUCER}; CPU: "
+          "the broker's CPU seconds per GB")
     print(f"{'workload':<9} {'run':>3} {'target':<16} {'consume msg/s':>14} {'MB/s':>7} "
           f"{'ratio':>6} {'CPU':>6}   consumers, stored batches")
     for w in workloads:
@@ -303,6 +367,59 @@ def same_batches(workloads: list[Workload], repeat: int, consumers: int) -> None
                 print(f"{w.name:<9} {i + 1:>3} {target:<16} {c.msgs_per_s:>14,.0f} "
                       f"{c.mb_per_s:>7.1f} {_ratio(c, mock)} {_cpu(c)}   {c.detail}\n"
                       f"{'':<31} stored: {c.stored}", flush=True)
+
+
+def fetch_sizes(text: str) -> tuple[int, int]:
+    """`F:P` (fetch.max.bytes F, max.partition.fetch.bytes P), or `N` for both."""
+    total, _, partition = text.partition(":")
+    return int(total), int(partition or total)
+
+
+def sweep(workloads: list[Workload], settings: list[tuple[int, int]], repeat: int,
+          consumers: int) -> None:
+    """The consumers with each fetch setting against the mock and Exactly (os), the same data
+    read again and again: each round produces once into a fresh mock and a fresh broker, then
+    consumes with every setting, alternating the targets. Medians over the rounds of what load
+    does not distort: the consumers' CPU per record (and librdkafka's threads' part) and the
+    broker's CPU per GB."""
+    print(f"{consumers} consumer processes ({TUNED_CONSUMER} but the fetch sizes); producer "
+          f"{PRODUCER or 'defaults'}; medians of {repeat} rounds")
+    print(f"{'workload':<9} {'fetch.max.bytes':>15} {'max.partition':>13} {'target':<16} "
+          f"{'client us/rec':>13} {'librdkafka':>10} {'kB/fetch':>9} {'broker CPU s/GB':>15}")
+    for w in workloads:
+        seen: dict[tuple[tuple[int, int], str], list[Consumed]] = {}
+        for i in range(repeat):
+            with mock_target(w) as (_none, mock_conf, mock_topics), \
+                    exactly_target(w, "os") as (broker, conf, topics):
+                targets: list[tuple[str, int | None, dict, Counter]] = [
+                    ("librdkafka mock", None, mock_conf, Counter()),
+                    ("exactly os", broker.process.pid, conf, Counter())]
+                for (_name, pid, c, placed), t in zip(targets, (mock_topics, topics)):
+                    _produce(c, t, w, placed, pid)
+                for setting in settings:
+                    tuning = {**TUNED_CONSUMER, "fetch.max.bytes": setting[0],
+                              "max.partition.fetch.bytes": setting[1]}
+                    for name, pid, c, placed in targets[::1 if i % 2 else -1]:
+                        seen.setdefault((setting, name), []).append(consume_in_processes(
+                            c, dict(placed), processes=consumers, broker_pid=pid, tuning=tuning))
+        for setting in settings:
+            for name in ("librdkafka mock", "exactly os"):
+                runs = seen[(setting, name)]
+                client = _median(runs, lambda d: d.client_cpu / max(1, d.records) * 1e6)
+                rdk = _median(runs, lambda d: d.librdkafka_cpu / max(1, d.records) * 1e6)
+                kb = _median(runs, lambda d: d.received / max(1, d.fetches) / 1e3)
+                cpu = (f"{_median(runs, lambda d: d.cpu_per_gb or 0.0):15.2f}"
+                       if runs[0].cpu_per_gb is not None else "")
+                print(f"{w.name:<9} {setting[0]:>15,} {setting[1]:>13,} {name:<16} "
+                      f"{client:>13.3f} {rdk:>10.3f} {kb:>9,.0f} {cpu:>15}", flush=True)
+
+
+def _tunings(workloads: list[Workload]) -> str:
+    return "; ".join(f"{w.name}: {w.tuning()}" for w in workloads)
+
+
+def _median(runs: list[Consumed], figure: Callable[[Consumed], float]) -> float:
+    return statistics.median(figure(d) for d in runs)
 
 
 def _ratio(r: Result, mock: Result) -> str:

@@ -6,7 +6,12 @@ fetch, no scan) and where a scan finds it; before and after a restart (bytes not
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from exactly.log import LogConfig, PartitionLog
+from exactly.log.errors import OffsetOutOfRangeError
 from exactly.protocol.records import iter_batches
 
 from .log_helpers import batch
@@ -63,5 +68,27 @@ def test_reads_follow_the_rule(tmp_path) -> None:
     plog = PartitionLog.open(tmp_path / "t-0", LogConfig(), recovery_point=plog.log_end_offset)
     try:
         _check(plog, stored)
+    finally:
+        plog.close()
+
+
+def test_a_read_with_no_room_left_reads_no_file(tmp_path, monkeypatch) -> None:
+    """A Fetch whose answer is already full still reads each later partition, with 0 bytes and
+    no first batch (Kafka's readFromLog): its offset is checked, out of range is reported, and
+    nothing of its files is read, whether the index points at the offset's batch or not."""
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    try:
+        for n, size in SHAPES:
+            plog.append(batch(n, value_size=size))
+        preads = []
+        real = os.pread
+        monkeypatch.setattr(os, "pread", lambda *args: preads.append(args) or real(*args))
+        for offset in range(plog.log_end_offset + 1):
+            assert plog.read_records(offset, 0, min_one_batch=False) == (b"", -1)
+        assert preads == []
+        with pytest.raises(OffsetOutOfRangeError):
+            plog.read_records(plog.log_end_offset + 1, 0, min_one_batch=False)
+        records, _ = plog.read_records(0, 0, min_one_batch=True)  # the answer's first batch
+        assert len(records) > 0
     finally:
         plog.close()

@@ -514,8 +514,8 @@ class PartitionLog:
                 f"offset {offset} is outside {self.topic}-{self.partition}'s range "
                 f"[{self.log_start_offset}, {self.log_end_offset}]")
         limit = self.high_watermark if max_offset is None else min(max_offset, self.high_watermark)
-        if offset >= limit:
-            return None
+        if offset >= limit or (max_bytes <= 0 and not min_one_batch):
+            return None  # nothing below the bound, or no room (a Fetch answer already full)
         idx = max(0, bisect_right(self._bases, offset) - 1)
         for seg in self._segments[idx:]:
             if seg.base_offset >= limit:

@@ -172,8 +172,9 @@ def _read(ctx: RequestContext, request: FetchRequest, wanted: list[_Topic], max_
                 hwm, lso, start = plog.high_watermark, plog.last_stable_offset, plog.log_start_offset
                 bound = lso if committed else hwm
                 try:
-                    # KIP-74: only the answer's first batch may exceed the limits. Every partition
-                    # is read even with nothing left, so an out-of-range offset is still reported.
+                    # KIP-74: only the answer's first batch may exceed the limits. Once the answer
+                    # is full every partition is still read, as Kafka reads it with 0 bytes: its
+                    # offset is checked (out of range is reported), nothing of its log is read.
                     records, next_offset = plog.read_records(
                         w.offset, max(0, min(w.max_bytes, left)), max_offset=bound,
                         min_one_batch=size == 0)
