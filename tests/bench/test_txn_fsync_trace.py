@@ -7,10 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-txn_fsync = pytest.importorskip("txn_fsync")
+import txn_fsync  # bench/ is not a package: found through the path above
 
 # `perf script -F time,event,trace` of a Produce that waits for a round (connection fd 15,
 # eventfd 18), then a read that finds nothing (EAGAIN), then a request answered at once.
