@@ -319,22 +319,19 @@ def test_a_batch_whose_answer_was_lost_is_resent_and_written_once(exactly_broker
     from exactly.client.connection import BrokerConnection
     from exactly.client.errors import KafkaTimeoutError
 
-    original = BrokerConnection.send
+    original = BrokerConnection.answer
     dropped: list[int] = []
 
-    async def send(self: BrokerConnection, request: Any, **kwargs: Any) -> Any:
-        if int(request.__api_key__) != 0 or dropped:
-            return await original(self, request, **kwargs)
-        task = asyncio.ensure_future(original(self, request, **kwargs))
-        await asyncio.sleep(0)  # the request is on the wire
-        correlation_id = max(self._waiting)
-        self._waiting.pop(correlation_id)  # its answer will be dropped
-        dropped.append(correlation_id)
-        task.cancel()
+    async def answer(self: BrokerConnection, sent: Any) -> Any:
+        # The producer writes a Produce (BrokerConnection.write) and then awaits its answer.
+        if sent is None or sent.api_key != 0 or dropped:
+            return await original(self, sent)
+        self._waiting.pop(sent.correlation_id)  # the request is on the wire; its answer is dropped
+        dropped.append(sent.correlation_id)
         await asyncio.sleep(0.3)  # the broker appends it meanwhile
         raise KafkaTimeoutError("simulated: the answer to this Produce was lost")
 
-    monkeypatch.setattr(BrokerConnection, "send", send)
+    monkeypatch.setattr(BrokerConnection, "answer", answer)
     bootstrap = exactly_broker.bootstrap
     topic = "lost-answer"
     create_topic(bootstrap, topic, partitions=1)

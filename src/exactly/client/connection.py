@@ -23,7 +23,7 @@ import itertools
 import logging
 import ssl
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from exactly.client.errors import (
     AuthenticationError,
@@ -48,6 +48,14 @@ LARGE_KEPT = 1 << 20  # a buffer for larger answers is kept for the next one up 
 # broker (an HTTP server's "HTTP" is 1.2 GB) is not allocated before it is sent.
 LARGE_AT_ONCE = 64 << 20
 _INF = float("inf")
+
+
+class Sent(NamedTuple):
+    """A request written, its answer awaited (BrokerConnection.write, answer)."""
+    correlation_id: int
+    api_key: int
+    version: int
+    future: asyncio.Future[Any]
 
 
 class BrokerConnection:
@@ -178,15 +186,23 @@ class BrokerConnection:
     async def send(self, request: Any, *, expect_response: bool = True,
                    timeout: float | None = None) -> Any:
         """Send a kio request entity; returns the response entity (None if none is expected)."""
+        return await self.answer(self.write(request, expect_response=expect_response,
+                                            timeout=timeout))
+
+    def write(self, request: Any, *, expect_response: bool = True,
+              timeout: float | None = None) -> Sent | None:
+        """Write a kio request entity now, in this call (requests reach the broker in the order
+        of these calls); `answer()` waits for its response. None if none is expected."""
         frames = self._frames
         if self.closed or frames is None:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed")
         api_key, version = int(request.__api_key__), int(request.__version__)
         correlation_id = next(self._ids)
         frame = encode_request(RequestHeader(api_key, version, correlation_id, self.client_id), request)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        sent = None
         if expect_response:
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[Any] = loop.create_future()
             # The connection's one timer fails the waiters whose deadline passed, rather than
             # asyncio.wait_for (an extra future and callbacks) or a timer per request (made
             # and cancelled: 3-5 us each, two or three per 1-record transaction; issue 19).
@@ -194,17 +210,25 @@ class BrokerConnection:
             self._waiting[correlation_id] = (api_key, version, future, deadline)
             if deadline < self._deadline_at:
                 self._watch_deadline(deadline)
+            sent = Sent(correlation_id, api_key, version, future)
         frames.transport.write(frame)
-        if frames.paused:  # the socket's buffer is full: wait until it drains
+        return sent
+
+    async def answer(self, sent: Sent | None) -> Any:
+        """The response to a request `write()` wrote (None for one that expects none), once the
+        socket's buffer has room again."""
+        frames = self._frames
+        if frames is not None and frames.paused:  # the socket's buffer is full: wait until it drains
             await frames.drained()
-        if not expect_response:
+        if sent is None:
             return None
         try:
-            return await future
+            return await sent.future
         except TimeoutError:
-            self._waiting.pop(correlation_id, None)
+            self._waiting.pop(sent.correlation_id, None)
             raise KafkaTimeoutError(
-                f"{api_name(api_key)} v{version} to {self.host}:{self.port} got no answer in time") from None
+                f"{api_name(sent.api_key)} v{sent.version} to {self.host}:{self.port} got no "
+                "answer in time") from None
         except Exception:
             # A cancellation that arrives while the connection fails its waiters (as when
             # asyncio.run cancels everything at exit) must win: a caller that retries

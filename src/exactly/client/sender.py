@@ -14,6 +14,11 @@ verifies (KIP-890), or written outside the transaction by one that does not.
 Like aiokafka's `Sender(client, *, txn_manager, message_accumulator, ...)`, it is given its
 collaborators by name (the cluster, the accumulator, the transaction session, the events and
 callbacks it signals the producer with) and reads nothing private of the producer.
+
+A Produce request is written to its connection in the call that numbers its batches
+(`_send`), whoever sends it (this task, a flush): a broker takes any sequence as the first of a
+producer it has not seen on a partition, so a partition's second batch that overtook its first
+on the wire would be written, and the first then refused as out of order.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from exactly.client.accumulator import PartitionState, RecordAccumulator
 from exactly.client.batch import ProducerBatch
 from exactly.client.cluster import Cluster, make_request, request_module
 from exactly.client.config import ClientConfig
-from exactly.client.connection import BrokerConnection
+from exactly.client.connection import BrokerConnection, Sent
 from exactly.client.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -184,18 +189,18 @@ class Sender:
         if plan is None:
             return False
         now = time.monotonic()
-        last: tuple[int, BrokerConnection, Any, list[ProducerBatch]] | None = None
+        last: tuple[int, BrokerConnection, Sent, list[ProducerBatch]] | None = None
         for node, conn, node_states in plan:
             while self.in_flight.get(node, 0) < self.max_in_flight:
                 batches = self.accumulator.drain(node_states, self.max_request_size, now)
                 if not batches:
                     break
-                request = self._produce_request(node, conn, batches)
-                if request is None:
+                sent = self._send(node, conn, batches)
+                if sent is None:
                     continue
                 if last is not None:
                     self._spawn(*last)
-                last = (node, conn, request, batches)
+                last = (node, conn, sent, batches)
         if self.accumulator.has_queued():
             self.wake()
         # The linger timer stays: it serves the batches of the next transactions (see _due),
@@ -414,10 +419,10 @@ class Sender:
                 return
         if not batches:
             return
-        request = self._produce_request(node, conn, batches)
-        if request is None:
-            return
         if self.acks == 0:
+            request = self._produce_request(node, conn, batches)
+            if request is None:
+                return
             try:
                 await conn.send(request, expect_response=False)
             except KafkaError as exc:
@@ -427,13 +432,32 @@ class Sender:
                 for b in batches:
                     self._complete(b)
             return
-        self._spawn(node, conn, request, batches)
+        sent = self._send(node, conn, batches)
+        if sent is not None:
+            self._spawn(node, conn, sent, batches)
 
-    def _spawn(self, node: int, conn: BrokerConnection, request: Any,
+    def _spawn(self, node: int, conn: BrokerConnection, sent: Sent,
                batches: list[ProducerBatch]) -> None:
-        task = asyncio.create_task(self._request(node, conn, request, batches))
+        task = asyncio.create_task(self._request(node, conn, sent, batches))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def _send(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]
+              ) -> Sent | None:
+        """Number `batches` and write them in a Produce request, now (see the module's
+        docstring); the answer's waiter, or None when there is none to wait for (the batches
+        were failed or put back to be resent)."""
+        request = self._produce_request(node, conn, batches)
+        if request is None:
+            return None
+        try:
+            sent = conn.write(request)
+        except KafkaError as exc:  # the connection closed meanwhile: resent on a new one
+            self._on_failure(node, batches, exc)
+            self.wake()
+            return None
+        assert sent is not None  # a response is expected (acks != 0)
+        return sent
 
     def _produce_request(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]
                          ) -> Any | None:
@@ -471,12 +495,12 @@ class Sender:
         self.in_flight[node] = self.in_flight.get(node, 0) + 1
         return request
 
-    async def _request(self, node: int, conn: BrokerConnection, request: Any,
+    async def _request(self, node: int, conn: BrokerConnection, sent: Sent,
                        batches: list[ProducerBatch], *, inline: bool = False) -> None:
-        """Send a Produce request and handle its answer: in a task of its own, or `inline` in
-        a flush (send_now)."""
+        """Wait for a written Produce request's answer and handle it: in a task of its own, or
+        `inline` in a flush (send_now)."""
         try:
-            response = await conn.send(request)
+            response = await conn.answer(sent)
         except asyncio.CancelledError:
             if inline and not self.stopping:
                 # The flush that waited was cancelled, not the producer: as when an answer is
