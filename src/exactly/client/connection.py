@@ -35,7 +35,14 @@ from exactly.client.security import PLAINTEXT, Security, sasl_client
 from exactly.client.versions import CLIENT_VERSIONS
 from exactly.protocol.apis import ApiKey, api_name, build, request_class
 from exactly.protocol.errors import ErrorCode, error_name
-from exactly.protocol.framing import RequestHeader, decode_response, encode_request
+from exactly.protocol.fast_requests import Encoded
+from exactly.protocol.framing import (
+    RequestHeader,
+    client_id_field,
+    decode_response,
+    encode_request,
+    encoded_request,
+)
 
 log = logging.getLogger("exactly.client")
 
@@ -68,6 +75,7 @@ class BrokerConnection:
     def __init__(self, host: str, port: int, *, client_id: str, request_timeout_ms: int) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
+        self._client_id_field = client_id_field(client_id)  # the request header's, encoded once
         self.request_timeout = request_timeout_ms / 1000
         self.node_id: int | None = None
         self._frames: _Frames | None = None
@@ -185,20 +193,27 @@ class BrokerConnection:
 
     async def send(self, request: Any, *, expect_response: bool = True,
                    timeout: float | None = None) -> Any:
-        """Send a kio request entity; returns the response entity (None if none is expected)."""
+        """Send a request (as `write` takes it); returns the response entity (None if none is
+        expected)."""
         return await self.answer(self.write(request, expect_response=expect_response,
                                             timeout=timeout))
 
     def write(self, request: Any, *, expect_response: bool = True,
               timeout: float | None = None) -> Sent | None:
-        """Write a kio request entity now, in this call (requests reach the broker in the order
-        of these calls); `answer()` waits for its response. None if none is expected."""
+        """Write a request now, in this call (requests reach the broker in the order of these
+        calls): a kio entity, or a body encoded by hand (fast_requests.Encoded). `answer()`
+        waits for its response; None if none is expected."""
         frames = self._frames
         if self.closed or frames is None:
             raise KafkaConnectionError(f"connection to {self.host}:{self.port} is closed")
-        api_key, version = int(request.__api_key__), int(request.__version__)
         correlation_id = next(self._ids)
-        frame = encode_request(RequestHeader(api_key, version, correlation_id, self.client_id), request)
+        if request.__class__ is Encoded:  # written by hand (fast_requests)
+            api_key, version = request.api_key, request.version
+            frame = encoded_request(correlation_id, self._client_id_field, request)
+        else:  # a kio entity
+            api_key, version = int(request.__api_key__), int(request.__version__)
+            frame = encode_request(RequestHeader(api_key, version, correlation_id, self.client_id),
+                                   request)
         sent = None
         if expect_response:
             loop = asyncio.get_running_loop()

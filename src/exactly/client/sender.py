@@ -34,7 +34,7 @@ from typing import Any
 
 from exactly.client.accumulator import PartitionState, RecordAccumulator
 from exactly.client.batch import ProducerBatch
-from exactly.client.cluster import Cluster, make_request, request_module
+from exactly.client.cluster import Cluster, make_request
 from exactly.client.config import ClientConfig
 from exactly.client.connection import BrokerConnection, Sent
 from exactly.client.errors import (
@@ -45,8 +45,10 @@ from exactly.client.errors import (
 )
 from exactly.client.session import AsyncTransactionSession
 from exactly.client.session_state import State
+from exactly.protocol import fast_requests
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode, error_name
+from exactly.protocol.fast_requests import Encoded
 
 log = logging.getLogger("exactly.client")
 
@@ -94,7 +96,7 @@ class Sender:
         self.retries: int = config["retries"]
         self.backoff = config["retry.backoff.ms"] / 1000
         self.delivery_timeout = config["delivery.timeout.ms"] / 1000
-        self.timeout = datetime.timedelta(milliseconds=config["request.timeout.ms"])
+        self.timeout_ms = config["request.timeout.ms"]  # the Produce's timeout_ms
         self.max_in_flight: int = config["max.in.flight.requests.per.connection"]
         self.metadata_max_age = config["metadata.max.age.ms"] / 1000
         self.in_flight: dict[int, int] = {}  # node -> requests awaiting an answer
@@ -460,7 +462,7 @@ class Sender:
         return sent
 
     def _produce_request(self, node: int, conn: BrokerConnection, batches: list[ProducerBatch]
-                         ) -> Any | None:
+                         ) -> Encoded | None:
         """Number and encode `batches` into a Produce request, counted in flight to `node`;
         None if the broker takes no Produce version this client speaks (the batches failed)."""
         session = self.session
@@ -471,13 +473,13 @@ class Sender:
             if not session.uses_transaction_v2:
                 max_version = 11  # Produce v12 would add partitions implicitly (KIP-890)
         try:
-            module = request_module(conn, ApiKey.PRODUCE, max_version=max_version)
+            version = conn.version(ApiKey.PRODUCE, max_version=max_version)
         except KafkaError as exc:
             for b in batches:
                 self._fail(self.accumulator.state(b.topic, b.partition), b, exc, False)
             return None
         idempotent, pid, epoch = self.idempotent, self.producer_id, self.epoch
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[tuple[int, bytes]]] = {}
         for b in batches:
             st = self.accumulator.state(b.topic, b.partition)
             if idempotent and b.base_sequence < 0:
@@ -486,12 +488,10 @@ class Sender:
             b.sent_sequence = b.base_sequence
             b.attempts += 1
             st.in_flight.append(b)
-            by_topic.setdefault(b.topic, []).append(module.PartitionProduceData(
-                index=b.partition, records=b.encode(pid, epoch, b.base_sequence)))
-        request = module.ProduceRequest(
-            transactional_id=txn_id, acks=self.acks, timeout=self.timeout,
-            topic_data=tuple(module.TopicProduceData(name=t, partition_data=tuple(parts))
-                             for t, parts in by_topic.items()))
+            by_topic.setdefault(b.topic, []).append(
+                (b.partition, b.encode(pid, epoch, b.base_sequence)))
+        request = fast_requests.produce(version, txn_id, self.acks, self.timeout_ms,
+                                        list(by_topic.items()))
         self.in_flight[node] = self.in_flight.get(node, 0) + 1
         return request
 

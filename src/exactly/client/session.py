@@ -78,6 +78,7 @@ from exactly.client.session_state import (
     heartbeat_timing,
 )
 from exactly.client.share_consumer import ShareAcknowledgements, ack_batches
+from exactly.protocol import fast_requests
 from exactly.protocol.apis import ApiKey, build, request_class
 from exactly.protocol.drafts import txn_share_acknowledge as _tsa
 from exactly.protocol.errors import ErrorCode, error_name
@@ -776,15 +777,12 @@ class AsyncTransactionSession:
         pending = set(new)
 
         def request(conn: BrokerConnection) -> Any:
-            module = request_module(conn, ApiKey.ADD_PARTITIONS_TO_TXN)
             by_topic: dict[str, list[int]] = {}
             for topic, partition in sorted(pending):
                 by_topic.setdefault(topic, []).append(partition)
-            return make_request(
-                conn, ApiKey.ADD_PARTITIONS_TO_TXN, v3_and_below_transactional_id=self._txn_id,
-                v3_and_below_producer_id=self._producer_id, v3_and_below_producer_epoch=self._epoch,
-                v3_and_below_topics=tuple(module.AddPartitionsToTxnTopic(name=t, partitions=tuple(ps))
-                                          for t, ps in by_topic.items()))
+            return fast_requests.add_partitions_to_txn(
+                conn.version(ApiKey.ADD_PARTITIONS_TO_TXN), self._txn_id, self._producer_id,
+                self._epoch, list(by_topic.items()))
 
         def error_of(response: Any) -> int:
             return first_error({(t.name, p.partition_index): p.partition_error_code
@@ -828,9 +826,9 @@ class AsyncTransactionSession:
             if self._tv2 is None:
                 await self._coordinator()
             max_version = None if self._tv2 else 4  # EndTxn v5 asks for the KIP-890 bump
-            response = await self._call("EndTxn", lambda conn: make_request(
-                conn, ApiKey.END_TXN, max_version=max_version, transactional_id=self._txn_id,
-                producer_id=self._producer_id, producer_epoch=self._epoch, committed=commit),
+            response = await self._call("EndTxn", lambda conn: fast_requests.end_txn(
+                conn.version(ApiKey.END_TXN, max_version=max_version), self._txn_id,
+                self._producer_id, self._epoch, commit),
                 accept=frozenset({ErrorCode.invalid_txn_state}) if self._tv2 and commit
                 else frozenset())
             if response.error_code == ErrorCode.invalid_txn_state:

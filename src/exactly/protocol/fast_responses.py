@@ -14,7 +14,12 @@ import struct
 import uuid
 from collections.abc import Iterable, Sequence
 
-from exactly.protocol.primitives import I16, I32, write_uvarint
+from exactly.protocol.primitives import (
+    I32,
+    write_array_length,
+    write_nullable_string,
+    write_string,
+)
 
 _END_TXN = struct.Struct(">ih")  # throttle_time_ms, error_code
 _END_TXN_V5 = struct.Struct(">ihqh")  # + producer_id, producer_epoch
@@ -25,29 +30,6 @@ _NO_UUID = bytes(16)
 # Produce: (partition index, error code, base offset, log start offset, error message, record
 # errors: (index of the record in its batch, message))
 ProducedPartition = tuple[int, int, int, int, str | None, Sequence[tuple[int, str | None]]]
-
-
-def _string(out: bytearray, value: str, flexible: bool) -> None:
-    raw = value.encode()
-    if flexible:
-        write_uvarint(out, len(raw) + 1)
-    else:
-        out += I16.pack(len(raw))
-    out += raw
-
-
-def _nullable_string(out: bytearray, value: str | None, flexible: bool) -> None:
-    if value is None:
-        out += b"\x00" if flexible else b"\xff\xff"
-    else:
-        _string(out, value, flexible)
-
-
-def _array_length(out: bytearray, length: int, flexible: bool) -> None:
-    if flexible:
-        write_uvarint(out, length + 1)
-    else:
-        out += I32.pack(length)
 
 
 def end_txn(version: int, error_code: int, producer_id: int = -1,
@@ -67,10 +49,10 @@ def add_partitions_to_txn(version: int,
     flexible = version >= 3
     topics = list(results)
     out = bytearray(4)  # throttle_time_ms 0
-    _array_length(out, len(topics), flexible)
+    write_array_length(out, len(topics), flexible)
     for name, partitions in topics:
-        _string(out, name, flexible)
-        _array_length(out, len(partitions), flexible)
+        write_string(out, name, flexible)
+        write_array_length(out, len(partitions), flexible)
         for partition, error in partitions:
             out += _PARTITION_ERROR.pack(partition, error)
             if flexible:
@@ -90,25 +72,25 @@ def produce(version: int,
         raise ValueError(f"Produce v{version} is not encoded here")
     flexible = version >= 9
     out = bytearray()
-    _array_length(out, len(topics), flexible)
+    write_array_length(out, len(topics), flexible)
     for name, topic_id, partitions in topics:
         if version >= 13:
             out += _NO_UUID if topic_id is None else topic_id.bytes
         else:
-            _string(out, name, flexible)
-        _array_length(out, len(partitions), flexible)
+            write_string(out, name, flexible)
+        write_array_length(out, len(partitions), flexible)
         for index, error, base_offset, log_start_offset, message, record_errors in partitions:
             out += _PRODUCED.pack(index, error, base_offset, -1)
             if version >= 5:
                 out += struct.pack(">q", log_start_offset)
             if version >= 8:
-                _array_length(out, len(record_errors), flexible)
+                write_array_length(out, len(record_errors), flexible)
                 for batch_index, why in record_errors:
                     out += I32.pack(batch_index)
-                    _nullable_string(out, why, flexible)
+                    write_nullable_string(out, why, flexible)
                     if flexible:
                         out.append(0)
-                _nullable_string(out, message, flexible)
+                write_nullable_string(out, message, flexible)
             if flexible:
                 out.append(0)  # tagged fields: current_leader is left at its default
         if flexible:

@@ -57,6 +57,30 @@ def write_compact_string(out: bytearray, value: str) -> None:
     out += raw
 
 
+def write_string(out: bytearray, value: str, flexible: bool) -> None:
+    """Append a string: compact in a flexible version, else an int16 length and the bytes."""
+    raw = value.encode()
+    if flexible:
+        write_uvarint(out, len(raw) + 1)
+    else:
+        out += I16.pack(len(raw))
+    out += raw
+
+
+def write_nullable_string(out: bytearray, value: str | None, flexible: bool) -> None:
+    if value is None:
+        out += b"\x00" if flexible else b"\xff\xff"
+    else:
+        write_string(out, value, flexible)
+
+
+def write_array_length(out: bytearray, length: int, flexible: bool) -> None:
+    if flexible:
+        write_uvarint(out, length + 1)
+    else:
+        out += I32.pack(length)
+
+
 def varint_bytes(value: int) -> bytes:
     """A zigzag varint as bytes."""
     out = bytearray()

@@ -26,9 +26,7 @@ import functools
 import struct
 from typing import Any, Protocol
 
-# The length encodings the other hand-written answers use (Produce, EndTxn, ...).
-from exactly.protocol.fast_responses import _array_length, _string
-from exactly.protocol.primitives import I32, write_uvarint
+from exactly.protocol.primitives import I32, write_array_length, write_string, write_uvarint
 
 _ABORTED = struct.Struct(">qq")
 _ABORTED_FLEXIBLE = struct.Struct(">qqb")  # and the empty tagged fields
@@ -78,13 +76,13 @@ def write_fetch_response(buffer: Writable, version: int, response: Any) -> None:
         out += _HEAD_V7.pack(throttle, response.error_code.value, response.session_id)
     else:
         out += I32.pack(throttle)
-    _array_length(out, len(response.responses), flexible)
+    write_array_length(out, len(response.responses), flexible)
     for topic in response.responses:
         if version >= 13:
             out += topic.topic_id.bytes if topic.topic_id is not None else _UUID_ZERO
         else:
-            _string(out, topic.topic, flexible)
-        _array_length(out, len(topic.partitions), flexible)
+            write_string(out, topic.topic, flexible)
+        write_array_length(out, len(topic.partitions), flexible)
         for p in topic.partitions:
             if version >= 5:
                 out += _PARTITION.pack(p.partition_index, p.error_code.value, p.high_watermark,
@@ -96,7 +94,7 @@ def write_fetch_response(buffer: Writable, version: int, response: Any) -> None:
             if aborted is None:
                 out += b"\0" if flexible else b"\xff\xff\xff\xff"
             else:
-                _array_length(out, len(aborted), flexible)
+                write_array_length(out, len(aborted), flexible)
                 for a in aborted:
                     out += (_ABORTED_FLEXIBLE.pack(a.producer_id, a.first_offset, 0) if flexible
                             else _ABORTED.pack(a.producer_id, a.first_offset))
