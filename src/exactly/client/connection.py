@@ -66,7 +66,8 @@ class Sent(NamedTuple):
 
 
 class BrokerConnection:
-    """Send kio request entities, get kio response entities.
+    """Send requests (kio entities, or bodies encoded by hand: fast_requests), get kio response
+    entities.
 
     `version(api_key)` is the version to build a request with: the highest both sides speak.
     Requests are pipelined; responses come back in order and are matched to their futures.

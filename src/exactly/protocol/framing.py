@@ -195,11 +195,7 @@ def encode_request(header: RequestHeader, request: Any) -> bytes:
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     buf.write(_FIXED_HEADER.pack(header.api_key, header.api_version, header.correlation_id))
-    if header.client_id is None:
-        buf.write(struct.pack(">h", -1))
-    else:
-        raw = header.client_id.encode()
-        buf.write(struct.pack(">h", len(raw)) + raw)
+    buf.write(client_id_field(header.client_id))
     if _flexible(type(request)):
         buf.write(b"\0")
     _writer(type(request))(buf, request)
