@@ -43,6 +43,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -251,7 +252,19 @@ def perf_rows(text: str) -> list[tuple[float, str, dict[str, int]]]:
 
 def trace_transactions(broker: EmbeddedBroker, topic: str, txns: int) -> Trace:
     """The timeline of `txns` transactions, from `perf record` of the broker's system calls and
-    of the kernel's syncs of its files."""
+    of the kernel's syncs of its files. perf takes a moment to attach: on a busy machine it
+    may miss a whole run, which is then traced again, waiting longer for perf."""
+    for wait in (1.0, 3.0, 6.0):
+        trace = _trace_once(broker, topic, txns, wait)
+        if trace.answers:
+            return trace
+        print(f"perf saw no transaction after a {wait:.0f} s wait for it to attach; again",
+              file=sys.stderr)
+    raise SystemExit("perf recorded none of the transactions (is perf allowed to trace this "
+                     "process? perf_event_paranoid, root)")
+
+
+def _trace_once(broker: EmbeddedBroker, topic: str, txns: int, wait: float) -> Trace:
     out = Path(tempfile.mkdtemp(prefix="txn-fsync-perf-"))
     try:
         records = [subprocess.Popen(["perf", "record", "-q", *options, "-e", ",".join(events),
@@ -260,7 +273,7 @@ def trace_transactions(broker: EmbeddedBroker, topic: str, txns: int) -> Trace:
                    for name, options, events in (
                        ("broker", ["-p", str(broker_pid(broker))], _TRACE_BROKER),
                        ("kernel", ["-a"], _TRACE_KERNEL))]
-        time.sleep(1.0)  # perf is in
+        time.sleep(wait)  # perf is in
         transactions(broker.bootstrap, topic, count=txns)
         time.sleep(0.3)  # the last markers
         for record in records:
