@@ -179,7 +179,7 @@ def _results(out: Any, procs: list[Any], timeout: float = 600) -> list[Any]:
             if dead or time.monotonic() > deadline:
                 for p in procs:
                     p.kill()
-                raise RuntimeError(f"consumer processes ended without a result (exit codes "
+                raise RuntimeError(f"client processes ended without a result (exit codes "
                                    f"{dead})" if dead else f"no result in {timeout:.0f} s")
     return results
 
@@ -223,6 +223,77 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
                     minor_faults=sum(r[7] for r in results),
                     peak_rss_mib=max(r[8] for r in results),
                     librdkafka_cpu=sum(r[9] for r in results))
+
+
+def _produce(client: dict[str, Any], topics: list[str], size: int, count: int, ready: Any,
+             go: Any, out: Any) -> None:
+    """One producer process: an idempotent acks=all producer with `client`'s settings; it gets
+    its producer id (a warm-up record per topic), says it is ready, and at `go` sends `count`
+    records of `size` random bytes round robin over `topics`. Reports the records placed per
+    partition (the warm-up's too), the bytes sent, when it was done, and delivery errors."""
+    from confluent_kafka import Producer
+
+    placed: Counter[tuple[str, int]] = Counter()
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            placed[(msg.topic(), msg.partition())] += 1
+
+    producer = Producer({**client, "enable.idempotence": True, "acks": "all"})
+    for topic in topics:
+        producer.produce(topic, b"warm-up", on_delivery=on_delivery)
+    producer.flush(30)
+    ready.put(None)
+    go.wait()
+    payload = os.urandom(size)
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topics[i % len(topics)], payload, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.001)
+    left = producer.flush(120)
+    if left:
+        errors.append(f"{left} undelivered")
+    out.put((dict(placed), count * size, time.monotonic(), errors[:3]))
+
+
+def produce_in_processes(client: dict[str, Any], topics: list[str], size: int, count: int, *,
+                         processes: int = 2, broker_pid: int | None = None
+                         ) -> tuple[Counter[tuple[str, int]], float, float | None]:
+    """Produce `count` records of `size` bytes with `processes` producer processes (librdkafka,
+    as bench/run.py's one producer is tuned), each a share. Timed (and the broker's CPU counted)
+    from when every process has its producer id to when the last is done. Returns the records
+    placed per partition, the seconds, and the broker's CPU seconds per GB (None without a
+    pid). Delivery errors fail it."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
+    procs = [ctx.Process(target=_produce, args=(client, topics, size, share, ready, go, out))
+             for share in shares]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    cpu_before = cpu_seconds(broker_pid) if broker_pid else 0.0
+    started = time.monotonic()
+    go.set()
+    results = _results(out, procs)
+    cpu = cpu_seconds(broker_pid) - cpu_before if broker_pid else None
+    for p in procs:
+        p.join()
+    errors = [e for r in results for e in r[3]]
+    if errors:
+        raise RuntimeError(f"produce failed: {errors[:3]}")
+    placed: Counter[tuple[str, int]] = Counter()
+    for r in results:
+        placed.update(r[0])
+    moved = sum(r[1] for r in results)
+    return placed, max(r[2] for r in results) - started, None if cpu is None else cpu / (moved / 1e9)
 
 
 def stored_batches(bootstrap: str, partitions: Iterable[tuple[str, int]]) -> Counter[int]:

@@ -97,6 +97,7 @@ from measure import (
     consume_in_processes,
     describe_batches,
     measure,
+    produce_in_processes,
     stored_batches,
 )
 
@@ -106,6 +107,7 @@ PARTITIONS = 4  # what the mock cluster gives an auto-created topic
 TOPICS = 8  # spread over several topics: the mock keeps at most 5 MiB per partition
 CONSUMER: dict[str, object] = {}  # the command line's fetch sizes, over the workload's
 PRODUCER: dict[str, object] = {}  # settings over the producer's defaults (--same-batches)
+PRODUCERS = [1]  # producer processes (--producers)
 # The 100 B consumers' fetch sizes: answers that read as fast as the mock's (see above).
 SMALL_RECORDS_FETCH = {"fetch.max.bytes": 4 << 20, "max.partition.fetch.bytes": 1 << 20}
 
@@ -135,6 +137,11 @@ def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Count
              pid: int | None) -> Result:
     """Produce the workload, timed after a warm-up; `placed` counts the records per partition
     (the warm-up's too, which the consumers read)."""
+    if PRODUCERS[0] > 1:  # one process is the limit at 100 B: several share the records
+        counts, wall, cpu = produce_in_processes(bootstrap_conf, topics, w.size, w.count,
+                                                 processes=PRODUCERS[0], broker_pid=pid)
+        placed.update(counts)
+        return Result(w.count / wall, w.count * w.size / wall / 1e6, cpu)
     # librdkafka's defaults otherwise: raising linger.ms or the queue size makes its idempotent
     # producer slower against any broker, the mock included.
     producer = Producer({**bootstrap_conf, "enable.idempotence": True, "acks": "all", **PRODUCER})
@@ -297,6 +304,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the records")
     parser.add_argument("--repeat", type=int, default=2, help="runs per target; the best counts")
     parser.add_argument("--consumers", type=int, default=2, help="consumer processes")
+    parser.add_argument("--producers", type=int, default=1,
+                        help="producer processes, each a share of the records (default 1)")
     parser.add_argument("--max-partition-fetch-bytes", type=int,
                         help="the consumers' max.partition.fetch.bytes (default: the workload's)")
     parser.add_argument("--fetch-max-bytes", type=int,
@@ -310,6 +319,10 @@ def main() -> None:
                         help="sweep: consume with each fetch.max.bytes F and "
                              "max.partition.fetch.bytes P (P=F if omitted) on both targets")
     args = parser.parse_args()
+    if args.producers > 1 and args.same_batches:
+        parser.error("--same-batches deals the records to partitions from one producer: "
+                     "not with --producers")
+    PRODUCERS[0] = max(1, args.producers)
     scale = 10 if args.quick else 1
     # The mock drops data past 5 MiB per partition (its overhead included): 3 to 4 MiB each.
     workloads = [w for w in (Workload("100B", 100, 900_000 // scale, dict(SMALL_RECORDS_FETCH)),
@@ -330,8 +343,8 @@ def main() -> None:
     if args.same_batches:
         same_batches(workloads, args.repeat, args.consumers)
         return
-    print(f"{args.consumers} consumer processes ({_tunings(workloads)}); CPU: the broker's CPU "
-          "seconds per GB")
+    print(f"{args.producers} producer and {args.consumers} consumer processes "
+          f"({_tunings(workloads)}); CPU: the broker's CPU seconds per GB")
     print(f"{'workload':<9} {'target':<16} {'produce msg/s':>14} {'MB/s':>7} {'ratio':>6} "
           f"{'CPU':>6}   {'consume msg/s':>14} {'MB/s':>7} {'ratio':>6} {'CPU':>6}   "
           f"{'peak RSS':>9}")
