@@ -166,6 +166,12 @@ class Consumed:
                 f"peak RSS {self.peak_rss_mib:.0f} MiB")
 
 
+def _wait_ready(ready: Any, procs: list[Any], timeout: float = 120) -> None:
+    """Every process said it is ready; one that died first (a client library crashing, a
+    script without a __main__ guard under spawn) fails this at once, not after `timeout`."""
+    _results(ready, procs, timeout)
+
+
 def _results(out: Any, procs: list[Any], timeout: float = 600) -> list[Any]:
     """One result per process from `out`; a process that died without one (a client library
     crashing) fails the measure at once instead of leaving it waiting out `timeout`."""
@@ -206,8 +212,7 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
             TUNED_CONSUMER if tuning is None else tuning)))
     for p in procs:
         p.start()
-    for _ in procs:
-        ready.get(timeout=120)
+    _wait_ready(ready, procs)
     cpu_before = cpu_seconds(broker_pid) if broker_pid else 0.0
     started = time.monotonic()
     go.set()
@@ -277,8 +282,7 @@ def produce_in_processes(client: dict[str, Any], topics: list[str], size: int, c
              for share in shares]
     for p in procs:
         p.start()
-    for _ in procs:
-        ready.get(timeout=120)
+    _wait_ready(ready, procs)
     cpu_before = cpu_seconds(broker_pid) if broker_pid else 0.0
     started = time.monotonic()
     go.set()
