@@ -96,7 +96,7 @@ def _fetches(stats: dict[str, Any]) -> tuple[int, int]:
 
 
 def _consume(client: dict[str, Any], assignment: list[tuple[str, int]], isolation: str,
-             count: int, ready: Any, go: Any, out: Any, tuning: dict[str, Any]) -> None:
+             count: int, tuning: dict[str, Any], ready: Any, go: Any, out: Any) -> None:
     """One consumer process: connect, say it is ready, and at `go` read `count` records of
     `assignment` from the beginning. Reports its own CPU seconds and, from librdkafka's
     statistics, the Fetch requests it sent and the bytes it received meanwhile."""
@@ -166,10 +166,27 @@ class Consumed:
                 f"peak RSS {self.peak_rss_mib:.0f} MiB")
 
 
-def _wait_ready(ready: Any, procs: list[Any], timeout: float = 120) -> None:
-    """Every process said it is ready; one that died first (a client library crashing, a
-    script without a __main__ guard under spawn) fails this at once, not after `timeout`."""
-    _results(ready, procs, timeout)
+def _in_processes(target: Callable[..., None], args: list[tuple[Any, ...]],
+                  broker_pid: int | None) -> tuple[list[Any], float, float | None]:
+    """Run `target(*a, ready, go, out)` for each `a` of `args`, each in a process of its own:
+    timed (and the broker's CPU counted) from when every process said it is ready to when the
+    last put its result. Returns the results, when it started, and the broker's CPU seconds
+    (None without a pid). A process that dies first fails it at once (a client library
+    crashing, a script without a __main__ guard under spawn)."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=target, args=(*a, ready, go, out)) for a in args]
+    for p in procs:
+        p.start()
+    _results(ready, procs, timeout=120)
+    cpu_before = cpu_seconds(broker_pid) if broker_pid else 0.0
+    started = time.monotonic()
+    go.set()
+    results = _results(out, procs)
+    cpu = cpu_seconds(broker_pid) - cpu_before if broker_pid else None
+    for p in procs:
+        p.join()
+    return results, started, cpu
 
 
 def _results(out: Any, procs: list[Any], timeout: float = 600) -> list[Any]:
@@ -200,26 +217,14 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
     process start-up is not in the figure. Fewer records than counted (a deadline of 300 s)
     come back as they are: the caller decides whether a short read is an error. `tuning`
     replaces TUNED_CONSUMER."""
-    ctx = multiprocessing.get_context("spawn")
-    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     parts: Sequence[tuple[str, int]] = sorted(counts)
     n = max(1, min(processes, len(parts)))
-    procs = []
+    args = []
     for i in range(n):
         mine = [tp for j, tp in enumerate(parts) if j % n == i]
-        procs.append(ctx.Process(target=_consume, args=(
-            client, mine, isolation, sum(counts[tp] for tp in mine), ready, go, out,
-            TUNED_CONSUMER if tuning is None else tuning)))
-    for p in procs:
-        p.start()
-    _wait_ready(ready, procs)
-    cpu_before = cpu_seconds(broker_pid) if broker_pid else 0.0
-    started = time.monotonic()
-    go.set()
-    results = _results(out, procs)
-    cpu = cpu_seconds(broker_pid) - cpu_before if broker_pid else None
-    for p in procs:
-        p.join()
+        args.append((client, mine, isolation, sum(counts[tp] for tp in mine),
+                     TUNED_CONSUMER if tuning is None else tuning))
+    results, started, cpu = _in_processes(_consume, args, broker_pid)
     moved = sum(r[1] for r in results)
     return Consumed(sum(r[0] for r in results), moved, max(r[2] for r in results) - started,
                     None if cpu is None else cpu / (moved / 1e9),
@@ -275,21 +280,9 @@ def produce_in_processes(client: dict[str, Any], topics: list[str], size: int, c
     from when every process has its producer id to when the last is done. Returns the records
     placed per partition, the seconds, and the broker's CPU seconds per GB (None without a
     pid). Delivery errors fail it."""
-    ctx = multiprocessing.get_context("spawn")
-    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
-    procs = [ctx.Process(target=_produce, args=(client, topics, size, share, ready, go, out))
-             for share in shares]
-    for p in procs:
-        p.start()
-    _wait_ready(ready, procs)
-    cpu_before = cpu_seconds(broker_pid) if broker_pid else 0.0
-    started = time.monotonic()
-    go.set()
-    results = _results(out, procs)
-    cpu = cpu_seconds(broker_pid) - cpu_before if broker_pid else None
-    for p in procs:
-        p.join()
+    results, started, cpu = _in_processes(
+        _produce, [(client, topics, size, share) for share in shares], broker_pid)
     errors = [e for r in results for e in r[3]]
     if errors:
         raise RuntimeError(f"produce failed: {errors[:3]}")
