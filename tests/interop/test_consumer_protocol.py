@@ -5,6 +5,7 @@ the broker killed under a live consumer group."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import subprocess
@@ -237,16 +238,21 @@ def test_group_migrated_classic_consumer_classic_keeps_its_offsets():
 def test_broker_killed_under_a_live_consumer_group():
     with EmbeddedBroker(settings=SETTINGS) as broker:
         create_topic(broker.bootstrap, "restart", partitions=6)
-        produce_confluent(broker.bootstrap, "restart", [b"a%d" % i for i in range(60)])
-        c1 = Consumer(consumer_config(broker.bootstrap, "rg", **{"client.id": "c1"}))
-        c2 = Consumer(consumer_config(broker.bootstrap, "rg", **{"client.id": "c2"}))
+        placed = produce_confluent(broker.bootstrap, "restart", [b"a%d" % i for i in range(60)])
+        traces = [_Trace(), _Trace()]
+        c1, c2 = (Consumer(consumer_config(broker.bootstrap, "rg", **{"client.id": f"c{i + 1}"},
+                                           debug="cgrp,fetch,consumer,topic"),
+                           logger=trace.logger) for i, trace in enumerate(traces))
         for c in (c1, c2):
             c.subscribe(["restart"])
         seen: list[str] = []
+        missing: set[str] = set()
+        report = ""
         try:
             _poll_until([c1, c2], _balanced([c1, c2], [3, 3]), seen, "3 partitions each")
             before = _describe(broker, "rg")
             assert before.group_state == "Stable"
+            at_kill = (len(seen), _positions([c1, c2]))
             broker.restart(kill=True)
             after = _describe(broker, "rg")
             # The group, its epochs and its members' assignments came back from the log.
@@ -260,10 +266,67 @@ def test_broker_killed_under_a_live_consumer_group():
             final = _describe(broker, "rg")
             assert {m.member_id for m in final.members} == {m.member_id for m in before.members}
             assert final.group_epoch == before.group_epoch
+            missing = {f"a{i}" for i in range(60)} - set(seen)
+            if missing:
+                report = _lost_report(broker, [c1, c2], traces, placed, missing, at_kill)
         finally:
             c1.close()
             c2.close()
-        assert {f"a{i}" for i in range(60)} <= set(seen)
+        # One CI run (pytest -n 3 on 2 loaded cores) lost 37 of the "a" records here, every
+        # other check passing; ~100 runs elsewhere did not. The report says where they were.
+        assert not missing, report
+
+
+# librdkafka's debug events that say where a partition's fetch position and offsets went.
+_TRACED = frozenset({"ASSIGN", "ASSIGNMENT", "BARRIER", "CLEARASSIGN", "COMMIT", "CONSUME",
+                     "CONSUMER", "FETCH", "FETCHDEC", "FETCHERR", "HEARTBEAT", "OFFFETCH",
+                     "OFFSET", "OFFSETFETCH", "OFFSETVALID", "PAUSE", "REMOVE", "RESUME",
+                     "SRVPEND", "STORETERM", "VALIDATE"})
+
+
+class _Trace(logging.Handler):
+    """A consumer's librdkafka debug events about its assignment, offsets and fetching (no
+    connection chatter, heartbeats only with an assignment), kept for a failure's report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        # Not registered with logging (getLogger would keep it for good): it goes with the test.
+        self.logger = logging.Logger("rdkafka", logging.DEBUG)  # noqa: LOG001
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # confluent-kafka logs (facility, client name, text): the facility says what it is about.
+        tag = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        message = record.getMessage()
+        if tag in _TRACED and (tag != "HEARTBEAT" or "assignment" in message):
+            self.lines.append(f"{record.created:.3f} {message}")
+
+
+def _positions(consumers: list[Consumer]) -> dict[str, dict[int, int]]:
+    """Each consumer's partitions and positions (the next offset it delivers; -1001: none yet)."""
+    return {f"c{i + 1}": {tp.partition: tp.offset for tp in c.position(c.assignment())}
+            for i, c in enumerate(consumers)}
+
+
+def _lost_report(broker: EmbeddedBroker, consumers: list[Consumer], traces: list[_Trace],
+                 placed: list[tuple[int, int]], missing: set[str],
+                 at_kill: tuple[int, dict[str, dict[int, int]]]) -> str:
+    """Where the records never delivered are, where the consumers and the group are, what the
+    broker did at its restart and what each consumer's librdkafka did."""
+    where = sorted((placed[int(v[1:])], v) for v in missing)
+    ends = [consumers[0].get_watermark_offsets(TopicPartition("restart", p), timeout=10)
+            for p in range(6)]
+    return "\n".join([
+        f"{len(missing)} records never delivered, ((partition, offset), value): {where}",
+        (f"delivered before the kill: {at_kill[0]}; positions at the kill: {at_kill[1]}, "
+         f"at the end: {_positions(consumers)}"),
+        f"committed: {_committed(broker, 'rg', 'restart', 6)}",
+        f"(log start, log end) per partition: {ends}",
+        "the broker's recovery of the partitions, its warnings and the group's events:",
+        *(line for line in broker.log_text().splitlines()
+          if "/restart-" in line or " rg" in line or " WARNING " in line or " ERROR " in line),
+        *(f"c{i + 1}: {line}" for i, trace in enumerate(traces) for line in trace.lines)])
 
 
 def test_online_upgrade_and_downgrade_with_a_live_classic_member():
