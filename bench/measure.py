@@ -22,13 +22,14 @@ import os
 import queue
 import resource
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rawclient
 
@@ -60,6 +61,45 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, all its threads (/proc/<pid>/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, waiting for I/O) CPU seconds of the whole machine, all cores, since boot
+    (/proc/stat): busy counts user, nice, system, irq, softirq and steal time, the kernel's
+    writeback threads included, which no process's own figures show."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, _idle, iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS, iowait / CLOCK_TICKS
+
+
+class CoreSampler(threading.Thread):
+    """Samples machine_cpu() every 20 ms, so that a phase timed elsewhere can be given how many
+    cores were busy (and how many waited for the disk) over its window, start-up excluded:
+    whether the machine's cores or something else bound a throughput figure."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self._samples: list[tuple[float, float, float]] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self._samples.append((time.monotonic(), *machine_cpu()))
+            time.sleep(0.02)
+
+    def cores(self, start: float, end: float) -> tuple[float, float]:
+        """(busy cores, cores in I/O wait), averaged from `start` to `end` (time.monotonic()
+        values, `end` in the past), to the nearest samples around them."""
+        self._samples.append((time.monotonic(), *machine_cpu()))
+        first = next((s for s in reversed(self._samples) if s[0] <= start), self._samples[0])
+        last = next(s for s in self._samples if s[0] >= end)
+        wall = max(last[0] - first[0], 1e-9)
+        return (last[1] - first[1]) / wall, (last[2] - first[2]) / wall
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
 
 
 def librdkafka_cpu_seconds() -> float:
@@ -151,6 +191,7 @@ class Consumed:
     minor_faults: int = 0  # the consumers' page faults while reading: memory they grew into
     peak_rss_mib: float = 0.0  # the largest consumer process's peak RSS
     librdkafka_cpu: float = 0.0  # of client_cpu, librdkafka's threads' part (fetching)
+    started: float = 0.0  # time.monotonic() at the start signal
 
     def per_fetch(self) -> str:
         """What the consumers got per Fetch request, and spent per record: the figures load
@@ -232,7 +273,7 @@ def consume_in_processes(client: dict[str, Any], counts: dict[tuple[str, int], i
                     received=sum(r[5] for r in results), client_sys=sum(r[6] for r in results),
                     minor_faults=sum(r[7] for r in results),
                     peak_rss_mib=max(r[8] for r in results),
-                    librdkafka_cpu=sum(r[9] for r in results))
+                    librdkafka_cpu=sum(r[9] for r in results), started=started)
 
 
 def _produce(client: dict[str, Any], topics: list[str], size: int, count: int, ready: Any,
@@ -240,7 +281,8 @@ def _produce(client: dict[str, Any], topics: list[str], size: int, count: int, r
     """One producer process: an idempotent acks=all producer with `client`'s settings; it gets
     its producer id (a warm-up record per topic), says it is ready, and at `go` sends `count`
     records of `size` random bytes round robin over `topics`. Reports the records placed per
-    partition (the warm-up's too), the bytes sent, when it was done, and delivery errors."""
+    partition (the warm-up's too), the bytes sent, when it was done, delivery errors, and the
+    CPU seconds the process spent sending (librdkafka's threads included)."""
     from confluent_kafka import Producer
 
     placed: Counter[tuple[str, int]] = Counter()
@@ -258,6 +300,7 @@ def _produce(client: dict[str, Any], topics: list[str], size: int, count: int, r
     producer.flush(30)
     ready.put(None)
     go.wait()
+    cpu_before = time.process_time()
     payload = os.urandom(size)
     for i in range(count):
         while True:
@@ -269,17 +312,24 @@ def _produce(client: dict[str, Any], topics: list[str], size: int, count: int, r
     left = producer.flush(120)
     if left:
         errors.append(f"{left} undelivered")
-    out.put((dict(placed), count * size, time.monotonic(), errors[:3]))
+    out.put((dict(placed), count * size, time.monotonic(), errors[:3],
+             time.process_time() - cpu_before))
+
+
+class Produced(NamedTuple):
+    placed: Counter[tuple[str, int]]  # records per partition, the warm-up's too
+    seconds: float  # from the start signal to the last process done
+    cpu_per_gb: float | None  # the broker's, when its pid was given
+    client_cpu_per_gb: float  # the producer processes', all together
+    started: float  # time.monotonic() at the start signal
 
 
 def produce_in_processes(client: dict[str, Any], topics: list[str], size: int, count: int, *,
-                         processes: int = 2, broker_pid: int | None = None
-                         ) -> tuple[Counter[tuple[str, int]], float, float | None]:
+                         processes: int = 2, broker_pid: int | None = None) -> Produced:
     """Produce `count` records of `size` bytes with `processes` producer processes (librdkafka,
     as bench/run.py's one producer is tuned), each a share. Timed (and the broker's CPU counted)
-    from when every process has its producer id to when the last is done. Returns the records
-    placed per partition, the seconds, and the broker's CPU seconds per GB (None without a
-    pid). Delivery errors fail it."""
+    from when every process has its producer id to when the last is done. Delivery errors fail
+    it."""
     shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
     results, started, cpu = _in_processes(
         _produce, [(client, topics, size, share) for share in shares], broker_pid)
@@ -290,7 +340,9 @@ def produce_in_processes(client: dict[str, Any], topics: list[str], size: int, c
     for r in results:
         placed.update(r[0])
     moved = sum(r[1] for r in results)
-    return placed, max(r[2] for r in results) - started, None if cpu is None else cpu / (moved / 1e9)
+    return Produced(placed, max(r[2] for r in results) - started,
+                    None if cpu is None else cpu / (moved / 1e9),
+                    sum(r[4] for r in results) / (moved / 1e9), started)
 
 
 def stored_batches(bootstrap: str, partitions: Iterable[tuple[str, int]]) -> Counter[int]:

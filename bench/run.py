@@ -8,8 +8,13 @@ keeps at most 5 MiB per partition, so the records are spread over 8 topics of 4 
 The consumers are tuned as a throughput user tunes them and run in `--consumers` processes
 (bench/measure.py): one untuned librdkafka consumer measures its own backoff, not the broker.
 Beside each of Exactly's figures, the broker's CPU seconds per GB moved (from /proc); the mock
-runs inside the benchmark's own process, so it has none. Below each workload's rows, per target,
-what load does not distort: the consumers' Fetch requests, records and bytes per answer, their
+runs inside the benchmark's own process: where the clients run in processes of their own (the
+consumers always, the producers with `--producers 2` or more), that process's CPU is the mock's,
+and is given beside the mock's figures the same way. Below each workload's rows, per target,
+how many of the machine's cores were busy (and in I/O wait) while produce and consume were timed,
+from /proc/stat (kernel threads included: under `os` the page cache's writeback mostly falls after
+the run, under `fsync` within it; at all cores busy the machine's CPU is the limit), then what load
+does not distort: the consumers' Fetch requests, records and bytes per answer, their
 CPU per record (and its system part), their page faults per 1000 records and their peak RSS.
 (librdkafka's mock answers one stored batch per partition per Fetch;
 Exactly, as Kafka, fills each answer up to the request's limits.)
@@ -94,6 +99,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from measure import (
     TUNED_CONSUMER,
     Consumed,
+    CoreSampler,
     consume_in_processes,
     describe_batches,
     measure,
@@ -108,6 +114,7 @@ TOPICS = 8  # spread over several topics: the mock keeps at most 5 MiB per parti
 CONSUMER: dict[str, object] = {}  # the command line's fetch sizes, over the workload's
 PRODUCER: dict[str, object] = {}  # settings over the producer's defaults (--same-batches)
 PRODUCERS = [1]  # producer processes (--producers)
+CORES = CoreSampler()  # the machine's busy cores over each timed phase
 # The 100 B consumers' fetch sizes: answers that read as fast as the mock's (see above).
 SMALL_RECORDS_FETCH = {"fetch.max.bytes": 4 << 20, "max.partition.fetch.bytes": 1 << 20}
 
@@ -128,8 +135,10 @@ class Workload:
 class Result:
     msgs_per_s: float
     mb_per_s: float
-    cpu_per_gb: float | None = None  # the broker's CPU seconds per GB; None for the mock
-    detail: str = ""  # consume: Fetch requests, what each answer carried, consumers' CPU
+    cpu_per_gb: float | None = None  # the broker's (or the mock's) CPU seconds per GB
+    detail: str = ""  # consume: Fetch requests, what each answer carried, consumers' CPU;
+    # produce (producer processes): their CPU per record
+    cores: tuple[float, float] = (0.0, 0.0)  # the machine's busy cores, cores in I/O wait
     stored: str = ""  # records per batch as stored (--same-batches)
 
 
@@ -138,10 +147,13 @@ def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Count
     """Produce the workload, timed after a warm-up; `placed` counts the records per partition
     (the warm-up's too, which the consumers read)."""
     if PRODUCERS[0] > 1:  # one process is the limit at 100 B: several share the records
-        counts, wall, cpu = produce_in_processes(bootstrap_conf, topics, w.size, w.count,
-                                                 processes=PRODUCERS[0], broker_pid=pid)
-        placed.update(counts)
-        return Result(w.count / wall, w.count * w.size / wall / 1e6, cpu)
+        done = produce_in_processes(bootstrap_conf, topics, w.size, w.count,
+                                    processes=PRODUCERS[0], broker_pid=pid or os.getpid())
+        placed.update(done.placed)
+        client = done.client_cpu_per_gb * w.size / 1e3  # CPU-us per record
+        return Result(w.count / done.seconds, w.count * w.size / done.seconds / 1e6,
+                      done.cpu_per_gb, f"producers {client:.2f} CPU-us per record",
+                      cores=CORES.cores(done.started, done.started + done.seconds))
     # librdkafka's defaults otherwise: raising linger.ms or the queue size makes its idempotent
     # producer slower against any broker, the mock included.
     producer = Producer({**bootstrap_conf, "enable.idempotence": True, "acks": "all", **PRODUCER})
@@ -175,8 +187,9 @@ def _produce(bootstrap_conf: dict, topics: list[str], w: Workload, placed: Count
             raise RuntimeError(f"produce failed: {left} undelivered, errors {errors[:3]}")
         return w.count * w.size
 
+    started = time.monotonic()
     mbs, wall, cpu = measure(pid, send_all)
-    return Result(w.count / wall, mbs, cpu)
+    return Result(w.count / wall, mbs, cpu, cores=CORES.cores(started, started + wall))
 
 
 def _partition(i: int, topics: list[str]) -> dict[str, Any]:
@@ -193,13 +206,14 @@ def _consume(conf: dict, placed: Counter, consumers: int, pid: int | None, w: Wo
              ) -> Result:
     """Read everything back with tuned consumer processes."""
     expected = sum(placed.values())
-    done = consume_in_processes(conf, dict(placed), processes=consumers, broker_pid=pid,
+    done = consume_in_processes(conf, dict(placed), processes=consumers,
+                                broker_pid=pid or os.getpid(),
                                 tuning=w.tuning())
     if done.records < expected:
         raise ShortRead(f"consumed {done.records} of {expected}")
     # (The few warm-up records are read too; the figures count the workload's.)
     return Result(w.count / done.seconds, w.count * w.size / done.seconds / 1e6, done.cpu_per_gb,
-                  done.per_fetch())
+                  done.per_fetch(), cores=CORES.cores(done.started, done.started + done.seconds))
 
 
 def _run(pid: int | None, conf: dict, topics: list[str], w: Workload, consumers: int
@@ -295,6 +309,10 @@ def run_exactly(w: Workload, policy: str, consumers: int) -> tuple[Result, Resul
         return produced, consumed, sampler.stop()
 
 
+def _cores(r: Result) -> str:
+    return f"{r.cores[0]:.2f} ({r.cores[1]:.2f})"
+
+
 def _cpu(r: Result) -> str:
     return f"{r.cpu_per_gb:6.2f}" if r.cpu_per_gb is not None else "     -"
 
@@ -323,6 +341,7 @@ def main() -> None:
         parser.error("--same-batches deals the records to partitions from one producer: "
                      "not with --producers")
     PRODUCERS[0] = max(1, args.producers)
+    CORES.start()
     scale = 10 if args.quick else 1
     # The mock drops data past 5 MiB per partition (its overhead included): 3 to 4 MiB each.
     workloads = [w for w in (Workload("100B", 100, 900_000 // scale, dict(SMALL_RECORDS_FETCH)),
@@ -344,7 +363,8 @@ def main() -> None:
         same_batches(workloads, args.repeat, args.consumers)
         return
     print(f"{args.producers} producer and {args.consumers} consumer processes "
-          f"({_tunings(workloads)}); CPU: the broker's CPU seconds per GB")
+          f"({_tunings(workloads)}); CPU: the broker's CPU seconds per GB (the mock's: this "
+          f"process's, the clients being in their own)")
     print(f"{'workload':<9} {'target':<16} {'produce msg/s':>14} {'MB/s':>7} {'ratio':>6} "
           f"{'CPU':>6}   {'consume msg/s':>14} {'MB/s':>7} {'ratio':>6} {'CPU':>6}   "
           f"{'peak RSS':>9}")
@@ -361,8 +381,10 @@ def main() -> None:
             print(f"{w.name:<9} {target:<16} {p.msgs_per_s:>14,.0f} {p.mb_per_s:>7.1f} "
                   f"{_ratio(p, mock_p)} {_cpu(p)}   {c.msgs_per_s:>14,.0f} {c.mb_per_s:>7.1f} "
                   f"{_ratio(c, mock_c)} {_cpu(c)}   {rss_text:>9}", flush=True)
-        for target, _p, c, _rss in rows:
-            print(f"{'':<9} {target:<16} consume: {c.detail}", flush=True)
+        for target, p, c, _rss in rows:
+            produce = f"; produce: {p.detail}" if p.detail else ""
+            print(f"{'':<9} {target:<16} cores busy (in I/O wait): produce {_cores(p)}, "
+                  f"consume {_cores(c)}{produce}; consume: {c.detail}", flush=True)
 
 
 def same_batches(workloads: list[Workload], repeat: int, consumers: int) -> None:

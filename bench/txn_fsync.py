@@ -16,9 +16,14 @@ falls on both alike.
    confluent-kafka producer, each run into a topic of its own (so no run meets the dirty pages
    of the runs before it); beside them, what load distorts less: the producer's mean Produce
    round trip (librdkafka's `rtt` statistic: the time a request waits for its answer) and the
-   broker's CPU seconds per GB (/proc). With `--count-syncs` too, one more produce run per
-   policy under `strace -f -T` (not timed) gives the time the broker's threads spend in
-   fdatasync/fsync per MiB produced: the disk work a sync round waits for.
+   broker's CPU seconds per GB (/proc), and the whole machine's busy CPU seconds per GB (the
+   clients' too, the same under both policies) over the timed run and an `os.sync()` after it
+   (/proc/stat; each run starts after a sync): under `os` the kernel writes the run's pages out
+   after the run, and that work is counted too. `--produce-processes N` shares the records
+   among N producer processes instead (where one producer is the limit; no round trip figure
+   then, but the producer processes' own CPU seconds per GB). With `--count-syncs` too, one
+   more produce run per policy under `strace -f -T` (not timed) gives the time the broker's
+   threads spend in fdatasync/fsync per MiB produced: the disk work a sync round waits for.
 4. With `--trace` (needs perf, and root or perf_event_paranoid <= 0): where the time of a
    1-record transaction goes, from `perf record` over `--trace-txns` transactions per policy:
    the broker's system calls, and the kernel's fdatasyncs of the broker's files (ext4's
@@ -29,7 +34,7 @@ falls on both alike.
    answer. perf slows the broker a little: these runs are not timed.
 
     .venv/bin/python bench/txn_fsync.py [--runs N] [--seconds S] [--count-syncs] [--produce]
-                                        [--trace]
+                                        [--produce-processes N] [--trace]
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from typing import NamedTuple, TypeVar
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from measure import cpu_seconds
+from measure import CoreSampler, cpu_seconds, produce_in_processes
 
 from exactly.testing import EmbeddedBroker
 
@@ -106,8 +111,41 @@ def concurrent_transactions(bootstrap: str, topic: str, producers: int, seconds:
 
 class ProduceRun(NamedTuple):
     rate: float  # records per second
-    rtt_ms: float  # mean Produce round trip, as the producer saw it
+    rtt_ms: float  # mean Produce round trip, as the producer saw it (nan with processes)
     cpu_per_gb: float  # broker CPU seconds per GB produced
+    machine_per_gb: float = 0.0  # the machine's busy CPU seconds per GB, writeback included
+    client_per_gb: float = float("nan")  # the producer processes' CPU seconds per GB
+    started: float = 0.0  # time.monotonic() at the start of the timed part
+
+
+def written_out(run: Callable[[], ProduceRun], records: int) -> ProduceRun:
+    """`run` of `records` 1 KiB records between two `os.sync()`s: it starts with nothing dirty,
+    and the machine's busy CPU seconds per GB are counted over its timed part and the sync after
+    it, so that the disk work `os` leaves to the kernel's writeback after a run counts as
+    fsync's within it does (client processes' start-up, before the timed part, does not)."""
+    os.sync()
+    cores = CoreSampler()
+    cores.start()
+    try:
+        result = run()
+        sync_started = time.monotonic()
+        os.sync()
+        synced = time.monotonic()
+        timed = records / result.rate  # the run's timed part, from result.started
+        busy = (cores.cores(result.started, result.started + timed)[0] * timed
+                + cores.cores(sync_started, synced)[0] * (synced - sync_started))
+    finally:
+        cores.stop()
+    return result._replace(machine_per_gb=busy / (records * 1024 / 1e9))
+
+
+def produce_processes(bootstrap: str, topic: str, records: int, broker_pid: int,
+                      processes: int) -> ProduceRun:
+    """`records` 1 KiB records shared by `processes` producer processes (bench/measure.py)."""
+    done = produce_in_processes({"bootstrap.servers": bootstrap}, [topic], 1024, records,
+                                processes=processes, broker_pid=broker_pid)
+    return ProduceRun(records / done.seconds, float("nan"), done.cpu_per_gb or 0.0,
+                      client_per_gb=done.client_cpu_per_gb, started=done.started)
 
 
 def produce(bootstrap: str, topic: str, records: int, broker_pid: int) -> ProduceRun:
@@ -129,18 +167,18 @@ def produce(bootstrap: str, topic: str, records: int, broker_pid: int) -> Produc
     producer.poll(0.2)  # the warm-up's statistics window goes out before the timed run
     rtts.clear()
     payload = os.urandom(1024)
-    cpu_before, started = cpu_seconds(broker_pid), time.perf_counter()
+    cpu_before, started = cpu_seconds(broker_pid), time.monotonic()
     for i in range(records):
         producer.produce(topic, payload)
         if i % 1000 == 0:
             producer.poll(0)  # delivery reports
     if producer.flush(120):
         raise RuntimeError("records left unsent after 120 s")
-    elapsed, cpu = time.perf_counter() - started, cpu_seconds(broker_pid) - cpu_before
+    elapsed, cpu = time.monotonic() - started, cpu_seconds(broker_pid) - cpu_before
     producer.poll(0.2)  # the last statistics window
     requests = sum(n for _, n in rtts)
     rtt_ms = sum(avg * n for avg, n in rtts) / requests / 1000 if requests else float("nan")
-    return ProduceRun(records / elapsed, rtt_ms, cpu / (records * 1024 / 1e9))
+    return ProduceRun(records / elapsed, rtt_ms, cpu / (records * 1024 / 1e9), started=started)
 
 
 def under_strace(broker: EmbeddedBroker, options: list[str], work: Callable[[], T]
@@ -365,6 +403,8 @@ def main() -> None:
                         help="1 KiB acks=all produce throughput too")
     parser.add_argument("--records", type=int, default=200_000,
                         help="records per produce run (default 200000)")
+    parser.add_argument("--produce-processes", type=int, default=1,
+                        help="producer processes sharing a produce run's records (default 1)")
     parser.add_argument("--trace", action="store_true",
                         help="where a transaction's time goes, from perf record")
     parser.add_argument("--trace-txns", type=int, default=300,
@@ -409,19 +449,30 @@ def main() -> None:
                         flush=True)
         if args.produce:
             print(f"{'run':>4} {'os rec/s':>10} {'fsync rec/s':>12} {'fsync/os':>9} "
-                  f"{'rtt ms os/fsync':>16} {'CPU s/GB os/fsync':>18}  (1 KiB, acks=all)",
-                  flush=True)
+                  f"{'rtt ms os/fsync':>16} {'CPU s/GB os/fsync':>18} "
+                  f"{'machine s/GB os/fsync':>22} {'producers s/GB':>15}  (1 KiB, acks=all, "
+                  f"{args.produce_processes} producer process(es))", flush=True)
+
+            def one_run(broker: EmbeddedBroker, topic: str) -> ProduceRun:
+                if args.produce_processes > 1:
+                    return produce_processes(broker.bootstrap, topic, args.records,
+                                             broker_pid(broker), args.produce_processes)
+                return produce(broker.bootstrap, topic, args.records, broker_pid(broker))
+
             for run in range(args.runs):
                 for policy in POLICIES if run % 2 == 0 else POLICIES[::-1]:
                     produced[policy].append(with_topic(
                         brokers[policy], f"produce-{run}",
-                        lambda broker, topic: produce(broker.bootstrap, topic, args.records,
-                                                      broker_pid(broker))))
+                        lambda broker, topic: written_out(lambda: one_run(broker, topic),
+                                                          args.records)))
                 os_run, fsync_run = produced["os"][-1], produced["fsync"][-1]
                 print(f"{run + 1:>4} {os_run.rate:>10,.0f} {fsync_run.rate:>12,.0f} "
                       f"{fsync_run.rate / os_run.rate:>8.2f}x "
                       f"{os_run.rtt_ms:>8.2f}/{fsync_run.rtt_ms:<7.2f} "
-                      f"{os_run.cpu_per_gb:>9.2f}/{fsync_run.cpu_per_gb:<8.2f}", flush=True)
+                      f"{os_run.cpu_per_gb:>9.2f}/{fsync_run.cpu_per_gb:<8.2f} "
+                      f"{os_run.machine_per_gb:>11.2f}/{fsync_run.machine_per_gb:<10.2f} "
+                      f"{os_run.client_per_gb:>7.2f}/{fsync_run.client_per_gb:<7.2f}",
+                      flush=True)
             median = {p: statistics.median(r.rate for r in v) for p, v in produced.items()}
             print(f"{'med':>4} {median['os']:>10,.0f} {median['fsync']:>12,.0f} "
                   f"{median['fsync'] / median['os']:>8.2f}x", flush=True)

@@ -22,11 +22,13 @@ def test_two_producer_processes_place_every_record_once():
         admin = AdminClient(conf)
         for future in admin.create_topics([NewTopic(t, 2, 1) for t in topics]).values():
             future.result(timeout=30)
-        placed, seconds, cpu_per_gb = measure.produce_in_processes(
+        done = measure.produce_in_processes(
             conf, topics, 100, 3001, processes=2, broker_pid=broker.process.pid)
+        placed = done.placed
         # 3,001 records and one warm-up record per topic from each process.
         assert sum(placed.values()) == 3001 + 2 * len(topics)
-        assert seconds > 0 and cpu_per_gb is not None and cpu_per_gb >= 0
+        assert done.seconds > 0 and done.cpu_per_gb is not None and done.cpu_per_gb >= 0
+        assert done.client_cpu_per_gb > 0  # the producers spent CPU sending
         consumer = Consumer({**conf, "group.id": "pp-check"})
         try:
             for (topic, partition), count in placed.items():
