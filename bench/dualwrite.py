@@ -32,8 +32,8 @@ import psycopg
 
 from exactly.client import Producer
 from exactly.dualwrite import DualWriter
-from exactly.testing.postgres import PrivatePostgres
 from exactly.testing import EmbeddedBroker
+from exactly.testing.postgres import PrivatePostgres
 
 PAYLOAD = b"x" * 100
 DDL = "CREATE TABLE IF NOT EXISTS orders (id BIGINT PRIMARY KEY, item VARCHAR(100) NOT NULL)"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from exactly import failpoints
-from exactly.testing.postgres import PrivatePostgres
 from exactly.testing import EmbeddedBroker
+from exactly.testing.postgres import PrivatePostgres
 from tests.dualwrite.helpers import Database
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 import uuid
 
-from exactly.testing.postgres import PrivatePostgres
 from exactly.dualwrite.store import Postgres, ensure_tables
+from exactly.testing.postgres import PrivatePostgres
 from tests.dualwrite.helpers import Database
 
 SESSIONS = 6
@@ -22,14 +22,7 @@ def test_concurrent_table_creation_on_postgres(postgres: PrivatePostgres) -> Non
         start = threading.Barrier(SESSIONS)
         errors: list[BaseException] = []
 
-        def create(conn: object) -> None:
-            start.wait()
-            try:
-                ensure_tables(conn, Postgres(), offsets=True)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=create, args=(c,)) for c in connections]
+        threads = [threading.Thread(target=_create, args=(c, start, errors)) for c in connections]
         for t in threads:
             t.start()
         for t in threads:
@@ -40,3 +33,11 @@ def test_concurrent_table_creation_on_postgres(postgres: PrivatePostgres) -> Non
         tables = {row[0] for row in db.query(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
         assert {"kafka_transaction_state", "kafka_consumer_offsets"} <= tables, tables
+
+
+def _create(conn: object, start: threading.Barrier, errors: list[BaseException]) -> None:
+    start.wait()
+    try:
+        ensure_tables(conn, Postgres(), offsets=True)
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        errors.append(exc)

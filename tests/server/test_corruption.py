@@ -15,12 +15,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from exactly.log.checkpoints import RECOVERY_POINT_CHECKPOINT, read_checkpoint
 from exactly.log.segment import segment_name
 from exactly.protocol.records import HEADER_SIZE, RecordBatchHeader, iter_batches
-from exactly.testing import EmbeddedBroker
+from exactly.testing import BrokerStartError, EmbeddedBroker
 from tests.support import create_topic, produce_confluent
 
 
@@ -166,12 +167,8 @@ def test_a_corrupt_coordinator_log_stops_the_start_with_one_error_line(
     logs = [p for p in broker.data_dir.glob("__transaction_state-*/*.log") if p.stat().st_size]
     assert len(logs) == 1, logs
     flip(logs[0], batches(logs[0])[-1].position + HEADER_SIZE + 2)  # the last record's body
-    try:
+    with pytest.raises(BrokerStartError):  # it must not start on a corrupt __transaction_state
         broker.start()
-    except Exception:  # noqa: BLE001 - the start is expected to fail; checked below
-        pass
-    else:
-        raise AssertionError("the broker started on a corrupt __transaction_state")
     last = broker.log_text().strip().splitlines()[-1]
     assert last.startswith("error: cannot load the coordinators' state: "), last
     assert str(logs[0]) in last and "is corrupt" in last and "exactly log verify" in last, last

@@ -10,7 +10,6 @@ from kio.static.primitive import i8, i32, i64
 
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, request_class
 from exactly.protocol.errors import ErrorCode
-
 from tests.rawclient import RawConnection
 
 

@@ -19,8 +19,8 @@ from confluent_kafka.admin import (
 
 from exactly.protocol.errors import ErrorCode
 from exactly.testing import EmbeddedBroker
-from tests.server.acl import wire
 from tests.rawclient import RawConnection
+from tests.server.acl import wire
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ANY_FILTER = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,

@@ -21,8 +21,8 @@ from exactly.client import Producer as ExactlyProducer
 from exactly.client import TransactionFatalError, TransactionSession
 from exactly.protocol.errors import ErrorCode
 from exactly.testing import EmbeddedBroker
-from tests.server.acl import wire
 from tests.rawclient import RawConnection
+from tests.server.acl import wire
 
 USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
 

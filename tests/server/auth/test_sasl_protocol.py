@@ -13,8 +13,8 @@ from exactly.client import TransactionSession
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.auth.tls import principal_of
-from tests.server.auth.conftest import alter_scram, hostport, secure_settings
 from tests.rawclient import RawConnection
+from tests.server.auth.conftest import alter_scram, hostport, secure_settings
 
 pytestmark = pytest.mark.timeout(120)
 
