@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from confluent_kafka import Producer
 from exactly import failpoints
 from exactly.log.files import fsync_dir  # opens read-only and fsyncs: for files as well
 from exactly.testing import EmbeddedBroker
-from exactly.testing.powercut import File, PowerCutFS
+from exactly.testing.powercut import File, PowerCutError, PowerCutFS
 from tests.server.powercut_load import Ledger, PowerCutLoad, Txn, check, read_committed
 from tests.support import create_topic
 
@@ -85,6 +86,27 @@ def test_the_filesystem_keeps_what_was_fsynced_and_nothing_else(power_cut_fs: Po
         os.read(fd, 10)
     assert closed.value.errno == errno.EBADF
     os.close(fd)
+
+
+def test_the_filesystem_counts_the_fsyncs_in_progress_and_slows_them_on_command(
+        power_cut_fs: PowerCutFS) -> None:
+    d = power_cut_fs.make_durable_dir("slow")
+    (d / "f").write_bytes(b"x")
+    before = power_cut_fs.stats()
+    assert before["fsyncs_in_progress"] == 0
+    power_cut_fs.set_fsync_latency(500)
+    syncing = threading.Thread(target=fsync_dir, args=(d / "f",))
+    syncing.start()
+    while (during := power_cut_fs.stats())["fsyncs_in_progress"] == 0:
+        assert syncing.is_alive(), "the fsync ended before it was seen in progress"
+    assert during["file_fsyncs"] == before["file_fsyncs"]  # not done while in progress
+    syncing.join()
+    power_cut_fs.set_fsync_latency(0)
+    after = power_cut_fs.stats()
+    assert (after["fsyncs_in_progress"], after["file_fsyncs"]) == (0, before["file_fsyncs"] + 1)
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(PowerCutError, match="not a number of ms >= 0"):
+            power_cut_fs._command(f"latency {bad}")
 
 
 def test_an_fsync_makes_durable_what_was_written_before_it_began() -> None:

@@ -29,8 +29,8 @@ previous round runs, and without it the next round's fdatasync would write all o
 before returning (1 KiB records from one idempotent producer: 1.3-1.7 ms of fdatasync per MiB
 without, 0.4-0.5 ms with). The round's fdatasync stays what makes the data durable. Under the
 `os` policy the page cache is enough and nothing waits, nor is any writeback started.
-Handlers and the transaction driver ask this service (`sync`, `sync_now`) instead of checking the
-policy themselves.
+Handlers and the transaction driver ask this service (`sync`, `not_durable`) instead of checking
+the policy themselves. Nothing here blocks the event loop on the disk.
 
 What must be durable before what is the callers' business, and a round never reorders it: a
 record that must reach the disk before another is written (PrepareCommit before the markers,
@@ -115,30 +115,34 @@ class AppendService:
 
     # -- durability -------------------------------------------------------------------------
 
-    async def sync(self, logs: Iterable[PartitionLog]) -> None:
-        """Return once everything appended to `logs` so far is durable under the flush policy."""
-        if self.flush_policy != FSYNC:
-            return
-        dirty = [plog for plog in logs if plog.flushed_offset < plog.log_end_offset]
+    async def sync(self, logs: Iterable[PartitionLog], *, start_now: bool = False) -> None:
+        """Return once everything appended to `logs` so far is durable under the flush policy.
+        `start_now`: the round starts now (if its files are free), not at the end of this turn
+        of the loop with the turn's other waiters: for a wait that holds back the caller's own
+        appends (the partitions a Produce adds, handlers/produce.py)."""
+        dirty = self.not_durable(logs)
         if not dirty:
-            return  # durable already: a round would sync nothing
+            return  # durable already (or nothing is synced): a round would sync nothing
         for plog in dirty:
             self.writeback.after_append(plog)
         self._pending.update(dirty)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._waiters.append(fut)
-        if not self._start_scheduled:
+        if start_now:
+            self._start_round(loop)
+        elif not self._start_scheduled:
             # At the end of this turn of the loop, so that the waiters of one turn share a round.
             self._start_scheduled = True
             loop.call_soon(self._start_round, loop)
         await fut
 
-    def sync_now(self, plog: PartitionLog) -> None:
-        """Make `plog` durable before anything else is appended anywhere (a blocking fsync under
-        the fsync policy): for a record that must reach the disk before data that depends on it."""
-        if self.flush_policy == FSYNC:
-            plog.flush()
+    def not_durable(self, logs: Iterable[PartitionLog]) -> list[PartitionLog]:
+        """Those of `logs` that `sync` would wait for: under the fsync policy, the ones with
+        appends not yet synced; else none."""
+        if self.flush_policy != FSYNC:
+            return []
+        return [plog for plog in logs if plog.flushed_offset < plog.log_end_offset]
 
     def _start_round(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the next round, unless one of its files is being synced by a running round:

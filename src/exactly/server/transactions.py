@@ -41,7 +41,9 @@ back off on.
 
 The driver also holds the produce side of KIP-890 (`verify_write`): a transactional batch goes
 only into a partition of its producer's ongoing transaction, added implicitly by a transaction
-version 2 client, or verified with the coordinator for an older one.
+version 2 client, or verified with the coordinator for an older one. A partition added so is
+made durable in the coordinator's log by a sync round the Produce waits for before it appends
+(never a blocking sync on the event loop); `ProduceTurns` keeps that id's later requests behind it.
 
 Fault points (exactly.failpoints): txn.after_prepare, txn.before_markers, txn.after_markers;
 txn.markers.sync (skip).
@@ -66,6 +68,59 @@ from exactly.txn import TransactionCoordinator, TxnMarkers
 
 log = logging.getLogger("exactly.transactions")
 
+
+class ProduceTurns:
+    """The Produce requests of one transactional id append in the order they arrived, also when
+    one of them waits between its checks and its appends (for the partitions it added to its
+    transaction to be durable, under the fsync policy): it holds its id's turn while it waits,
+    and the requests of that id that arrive meanwhile wait for the turn, in arrival order
+    (asyncio.Lock wakes its waiters first come, first served, and lets none jump the queue).
+    A producer's batches of one partition must be appended in sequence order; requests of other
+    ids go on meanwhile.
+
+    Nothing is checked again after the wait. Only a transaction version 2 request waits, and
+    whatever ends its transaction meanwhile (an EndTxn, a timeout, a new InitProducerId) bumps
+    the producer epoch: markers appended before the waiting batch fence it (the partition
+    refuses the older epoch), markers appended after it end it with its transaction."""
+
+    def __init__(self) -> None:
+        self._turns: dict[str, _Turn] = {}
+
+    def busy(self, transactional_id: str) -> bool:
+        """Does a request of this id hold its turn, or wait for it?"""
+        return transactional_id in self._turns
+
+    async def take(self, transactional_id: str) -> _Turn:
+        """Wait for the turn of `transactional_id` (at once if nobody holds it); give it back."""
+        turn = self._turns.get(transactional_id)
+        if turn is None:
+            turn = self._turns[transactional_id] = _Turn()
+        turn.users += 1
+        try:
+            await turn.lock.acquire()
+        except BaseException:
+            self._leave(transactional_id, turn)
+            raise
+        return turn
+
+    def give_back(self, transactional_id: str, turn: _Turn) -> None:
+        turn.lock.release()
+        self._leave(transactional_id, turn)
+
+    def _leave(self, transactional_id: str, turn: _Turn) -> None:
+        turn.users -= 1
+        if not turn.users and self._turns.get(transactional_id) is turn:
+            del self._turns[transactional_id]
+
+
+class _Turn:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0  # the request holding the turn and those waiting for it
+
+
 class TransactionDriver:
     def __init__(self, *, coordinator: TransactionCoordinator, groups: GroupCoordinator,
                  logs: LogManager, appends: AppendService, clock: Callable[[], int],
@@ -83,6 +138,7 @@ class TransactionDriver:
         self._markers_in_progress: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()  # markers after an EndTxn answer
         self._added: set[PartitionLog] = set()  # transaction logs owed a sync (verify_write)
+        self.produce_turns = ProduceTurns()
 
     # -- waiting for markers ----------------------------------------------------------------
 
@@ -113,7 +169,7 @@ class TransactionDriver:
                 transactional_id, producer_id, producer_epoch, [tp], now_ms=self.clock(),
                 client_transaction_version=2)[tp]
             if error == ErrorCode.none:
-                # Synced by `sync_added_partitions`, before the data is appended.
+                # Made durable before the data is appended: the Produce takes them (`take_added`).
                 self._added.add(self.coordinator.log_for(transactional_id))
             return error
         if self.verification_enabled:
@@ -121,15 +177,15 @@ class TransactionDriver:
                                                       producer_epoch, [tp])[tp]
         return ErrorCode.none
 
-    def sync_added_partitions(self) -> None:
-        """Make durable the partitions `verify_write` added since the last call (a blocking sync
-        of their transaction logs under the fsync policy), before their data is appended: the
-        coordinator must know a partition before its data can be on disk, or a power cut could
-        leave data of a transaction nobody will end. A Produce request calls it once, after
-        checking all its partitions: one sync for all the partitions it adds."""
+    def take_added(self) -> list[PartitionLog]:
+        """The transaction logs of the partitions `verify_write` added since the last call. A
+        Produce request takes them once it has checked all its partitions and makes them durable
+        (one round for all the partitions it adds) before appending its data: the coordinator
+        must know a partition before its data can be on disk, or a power cut could leave data of
+        a transaction nobody will end. While it waits, the later Produce requests of its
+        transactional id wait for their turn (`produce_turns`)."""
         added, self._added = self._added, set()
-        for plog in added:
-            self.appends.sync_now(plog)
+        return list(added)
 
     # -- finishing transactions ---------------------------------------------------------------
 

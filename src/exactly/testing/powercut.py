@@ -217,7 +217,7 @@ class PowerCutOperations:
         self._next_handle = 1  # never reused: a late release after a cut names nothing
         self._fsyncs = 1  # numbers the captures (File.apply)
         self.stats = {"cuts": 0, "file_fsyncs": 0, "dir_fsyncs": 0, "bytes_written": 0,
-                      "bytes_synced": 0}
+                      "bytes_synced": 0, "fsyncs_in_progress": 0}
         # File fsyncs by the name of the file's directory (a partition's, for a broker's data):
         # how a test counts the syncs a broker makes per log.
         self.file_fsyncs_by_dir: Counter[str] = Counter()
@@ -360,9 +360,11 @@ class PowerCutOperations:
             self._fsyncs += 1
             number = self._fsyncs
             capture = node.capture()
+            self.stats["fsyncs_in_progress"] += 1  # a test sees what happens during an fsync
         if self.fsync_latency:  # a disk's flush takes time; other calls go on meanwhile
             time.sleep(self.fsync_latency)
         with self._lock:
+            self.stats["fsyncs_in_progress"] -= 1
             if isinstance(node, File):
                 assert isinstance(capture, FileCapture)
                 self.stats["bytes_synced"] += node.apply(number, capture)
@@ -492,8 +494,8 @@ class PowerCutOperations:
 # -- the process: FUSE in the foreground, the control socket in a thread ---------------------------
 
 def _serve_control(ops: PowerCutOperations, path: Path) -> None:
-    """Answer `ping`, `stats`, `syncs` and `cut`, one line each, on the Unix socket at
-    `path`."""
+    """Answer `ping`, `stats`, `syncs`, `latency MS` (each fsync from now on takes MS) and
+    `cut`, one line each, on the Unix socket at `path`."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -512,12 +514,24 @@ def _serve_control(ops: PowerCutOperations, path: Path) -> None:
                         answer = {"ok": True, **ops.snapshot_stats()}
                     elif command == "syncs":
                         answer = {"ok": True, "by_dir": ops.snapshot_syncs()}
+                    elif command.startswith("latency "):
+                        try:
+                            latency_ms = float(command.split()[1])
+                            if not latency_ms >= 0:  # NaN too
+                                raise ValueError(latency_ms)
+                        except ValueError:
+                            answer = {"ok": False,
+                                      "error": f"not a number of ms >= 0: {command!r}"}
+                        else:
+                            ops.fsync_latency = latency_ms / 1000
+                            answer = {"ok": True, "fsync_latency_ms": latency_ms}
                     elif command == "cut":
                         answer = {"ok": True, **ops.cut()}
                         log.warning("power cut: %s", answer)
                     else:
                         answer = {"ok": False, "error": f"unknown command {command!r}; "
-                                                        "use ping, stats, syncs or cut"}
+                                                        "use ping, stats, syncs, latency MS "
+                                                        "or cut"}
                     stream.write(json.dumps(answer).encode() + b"\n")
                     stream.flush()
 
@@ -605,6 +619,12 @@ class PowerCutFS:
 
     def stats(self) -> dict[str, int]:
         return self._command("stats")
+
+    def set_fsync_latency(self, ms: float) -> None:
+        """Each fsync begun from now on takes `ms` (a broker can start quickly, then sync
+        slowly for what a test watches)."""
+        self._command(f"latency {ms:g}")
+        self.fsync_latency_ms = ms
 
     def file_fsyncs_by_dir(self) -> dict[str, int]:
         """File fsyncs so far by the name of the file's directory (`__transaction_state-3`)."""

@@ -1,9 +1,11 @@
 """Produce (v3–v13): append each partition's batches, then wait for durability when acks=all.
 
 Every append happens before the handler's first `await`, so pipelined requests of one connection
-are appended in the order they were sent (idempotent producers rely on it). The one exception is
-waiting for the markers of the producer's previous transaction: then its later requests wait as
-well, and the waits end in arrival order.
+are appended in the order they were sent (idempotent producers rely on it). The exceptions wait
+in order: for the markers of the producer's previous transaction (its later requests wait as
+well), and, under the fsync policy, for the partitions a transaction version 2 request adds to
+its transaction to be durable before their data is appended (its transactional id's later
+requests wait for their turn meanwhile: `ProduceTurns` in server/transactions.py).
 """
 
 from __future__ import annotations
@@ -44,22 +46,48 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
     if _BEFORE_APPEND:
         await failpoints.hit_async("produce.before_append")
     services = ctx.services
-    acks = request.acks
+    driver = services.transactions
     txn_id = request.transactional_id
-    if txn_id is not None and services.transactions.writing_markers(txn_id):
+    if txn_id is not None and driver.writing_markers(txn_id):
         # The previous transaction's markers first, so this one is checked against the state
         # they leave. The producer's later requests wait too, and resume in order.
-        await services.transactions.wait_for_markers(txn_id)
-    written: list[PartitionLog] = []
-    topic_responses: list[
-        tuple[str, uuid.UUID | None, list[fast_responses.ProducedPartition]]] = []
+        await driver.wait_for_markers(txn_id)
+    turns = driver.produce_turns
+    turn = await turns.take(txn_id) if txn_id is not None and turns.busy(txn_id) else None
+    try:
+        checked = _check(ctx, request)
+        added = services.appends.not_durable(driver.take_added())
+        if added and not failpoints.skip("produce.added_partitions.sync"):
+            # The coordinator must know the partitions before their data can reach the disk.
+            # Meanwhile this id's later requests wait for its turn: the appends keep their order.
+            assert txn_id is not None  # only a transactional request adds partitions
+            if turn is None:
+                turn = await turns.take(txn_id)  # nobody holds it: no wait
+            await services.appends.sync(added, start_now=True)
+        written, topic_responses = _append(ctx, checked)
+    finally:
+        if turn is not None and txn_id is not None:  # a turn is always some id's
+            turns.give_back(txn_id, turn)
+    if request.acks == -1 and written:
+        await services.appends.sync(written)
+    if request.acks == 0:
+        return None
+    return fast_responses.produce(ctx.api_version, topic_responses)
+
+
+_Topic = tuple[str | None, uuid.UUID | None, list[_Checked]]  # a topic's partitions, checked
+_Answer = tuple[str, uuid.UUID | None, list[fast_responses.ProducedPartition]]  # and answered
+
+
+def _check(ctx: RequestContext, request: ProduceRequest) -> list[_Topic]:
+    """Every partition, checked before any is appended: the partitions a transaction version 2
+    request adds to its transaction are then made durable by one sync round, not one each."""
+    acks, txn_id = request.acks, request.transactional_id
     # Kafka: transactional records need WRITE on the transactional id, or nothing is written.
     txn_denied = ctx.authorizing and _transactional(request) and (
         txn_id is None
         or not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id))
-    # Every partition is checked before any is appended: the partitions a transaction version 2
-    # request adds to its transaction are then made durable by one sync, not one each.
-    checked: list[tuple[str | None, uuid.UUID | None, list[_Checked]]] = []
+    checked: list[_Topic] = []
     for topic in request.topic_data:
         info, name, topic_id = topic_of(ctx, topic)
         denied = txn_denied or (name is not None and not ctx.authorize(
@@ -83,7 +111,15 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
                 error, message = _check_transaction(ctx, request, plog, records)
             parts.append((pdata.index, error, message, plog, records))
         checked.append((name, topic_id, parts))
-    services.transactions.sync_added_partitions()
+    return checked
+
+
+def _append(ctx: RequestContext, checked: list[_Topic]) -> tuple[list[PartitionLog],
+                                                                  list[_Answer]]:
+    """Append the partitions that passed the checks; the logs written and the answer's topics."""
+    services = ctx.services
+    written: list[PartitionLog] = []
+    topic_responses: list[_Answer] = []
     for name, topic_id, parts in checked:
         partitions: list[fast_responses.ProducedPartition] = []
         for index, error, message, plog, records in parts:
@@ -111,11 +147,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
             partitions.append((index, error, base_offset, log_start, message,
                                record_errors))
         topic_responses.append((name or "", topic_id, partitions))
-    if acks == -1 and written:
-        await services.appends.sync(written)
-    if acks == 0:
-        return None
-    return fast_responses.produce(ctx.api_version, topic_responses)
+    return written, topic_responses
 
 
 def _transactional(request: ProduceRequest) -> bool:
