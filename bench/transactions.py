@@ -16,7 +16,13 @@
 Exactly runs with `log.flush.policy=os` (as durable as the mock: neither fsyncs) and with the
 default `fsync`.
 
-    .venv/bin/python bench/transactions.py [--quick] [--only tiny|stream] [--policy os|fsync] [--pairs N]
+`--pin` puts each broker process (the null broker, Exactly) on CPU 1 and this process (the client,
+and the mock, which runs inside it) on CPU 0: the broker's caches then hold only its own work
+between two requests, where unpinned the client's threads run on the same core in between. It
+tells how much of the broker's CPU per transaction is that interference; the mock, sharing the
+client's core, is not a peer in that mode.
+
+    .venv/bin/python bench/transactions.py [--quick] [--only tiny|stream] [--policy os|fsync] [--pairs N] [--pin]
 """
 
 from __future__ import annotations
@@ -36,6 +42,13 @@ from measure import cpu_seconds
 from exactly.testing import EmbeddedBroker
 
 PARTITIONS = 4
+CLIENT_CPU, BROKER_CPU = 0, 1  # --pin
+
+
+def _pin(pid: int) -> None:
+    """Every thread of process `pid` on BROKER_CPU (threads it starts later inherit it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), {BROKER_CPU})
 
 
 def _create(bootstrap: str, topic: str) -> None:
@@ -110,7 +123,11 @@ def main() -> None:
     parser.add_argument("--policy", choices=("os", "fsync"), action="append",
                         help="log.flush.policy to run Exactly with (repeatable; default both)")
     parser.add_argument("--pairs", type=int, help="pairs of stream runs (default 10, quick 3)")
+    parser.add_argument("--pin", action="store_true",
+                        help="brokers on CPU 1, this process (client and mock) on CPU 0")
     args = parser.parse_args()
+    if args.pin:
+        os.sched_setaffinity(0, {CLIENT_CPU})
     run_tiny, run_stream = args.only in (None, "tiny"), args.only in (None, "stream")
     count = 40_000 if args.quick else 400_000  # a run holds about ten 100 ms transactions
     pairs = args.pairs or (3 if args.quick else 10)
@@ -137,6 +154,8 @@ def main() -> None:
     if run_tiny:
         server = _null_broker()
         with server as bootstrap:
+            if args.pin:
+                _pin(server.process.pid)
             null = max(tiny_transactions(bootstrap, "tiny", seconds, server.process.pid)
                        for _ in range(2))
         _row("null broker", None, null, mock_tps, null)
@@ -149,6 +168,8 @@ def main() -> None:
             if run_tiny:
                 _create(broker.bootstrap, "tiny")
                 assert broker.process is not None
+                if args.pin:
+                    _pin(broker.process.pid)
                 tiny = max(tiny_transactions(broker.bootstrap, "tiny", seconds, broker.process.pid)
                            for _ in range(2))
         _row(f"exactly {policy}", streams, tiny, mock_tps, null)
