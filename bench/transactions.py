@@ -161,15 +161,15 @@ def main() -> None:
         _row("null broker", None, null, mock_tps, null)
     for policy in args.policy or ("os", "fsync"):
         with EmbeddedBroker(settings={"log.flush.policy": policy}) as broker:
+            assert broker.process is not None
+            if args.pin:  # before any run: it starts on this process's CPU, as its child
+                _pin(broker.process.pid)
             streams: tuple[float, float, list[float]] = (0.0, 0.0, [])
             tiny = (0.0, 0.0)
             if run_stream:
                 streams = _streams(broker.bootstrap, "stream", count, pairs, fresh_topics=True)
             if run_tiny:
                 _create(broker.bootstrap, "tiny")
-                assert broker.process is not None
-                if args.pin:
-                    _pin(broker.process.pid)
                 tiny = max(tiny_transactions(broker.bootstrap, "tiny", seconds, broker.process.pid)
                            for _ in range(2))
         _row(f"exactly {policy}", streams, tiny, mock_tps, null)
