@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, response_module
 from exactly.protocol.errors import ErrorCode
+from exactly.protocol.framing import encode_response_body
 from exactly.server.context import Handler, RequestContext
 from exactly.server.handlers.common import NO_THROTTLE
 
@@ -52,9 +54,17 @@ def _api_keys(module: Any) -> tuple[Any, ...]:
                  for key, (lo, hi) in sorted(SUPPORTED.items()))
 
 
-async def handle_api_versions(ctx: RequestContext,
-                              request: ApiVersionsRequest) -> ResponsePayload:
-    return api_versions_response(ctx.api_version, ctx.services.identity.finalized_features)
+@functools.lru_cache(maxsize=32)
+def _encoded(version: int, finalized: tuple[tuple[str, int], ...]) -> bytes:
+    """The answer's body for this version and these finalized features, encoded once: it is the
+    same for every connection, each of which starts with it, and building and encoding the
+    versions table costs the broker about 0.2 ms."""
+    return encode_response_body(api_versions_response(version, dict(finalized)))
+
+
+async def handle_api_versions(ctx: RequestContext, request: ApiVersionsRequest) -> bytes:
+    finalized = ctx.services.identity.finalized_features
+    return _encoded(ctx.api_version, tuple(sorted(finalized.items())))
 
 
 HANDLERS: dict[int, Handler] = {ApiKey.API_VERSIONS: handle_api_versions}
