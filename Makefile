@@ -12,7 +12,7 @@ MYPY_PATHS := src/exactly
 PYPROJECT_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
 STAMP := $(VENV)/.exactly-installed-$(PYPROJECT_HASH)
 
-.PHONY: venv test demo bench lint system-deps-test system-deps-demo
+.PHONY: venv test demo bench lint system-deps-test system-deps-demo kafka-deps
 # Prerequisites run in the order written: the system set-up step comes before anything else.
 .NOTPARALLEL:
 
@@ -31,16 +31,22 @@ SKIP_SYSTEM_DEPS ?=
 system-deps-test system-deps-demo:
 	@if [ "$(SKIP_SYSTEM_DEPS)" != 1 ]; then bash scripts/system-deps.sh $(@:system-deps-%=%); fi
 
+# Apache Kafka 4.4 from Maven Central (interop/jvm/pom.xml) into the Maven cache, and the
+# classpath exactly.testing.kafka starts it with; a no-op once resolved.
+kafka-deps:
+	@bash scripts/kafka-deps.sh
+
 # The suite runs in two parts: most tests on PYTEST_WORKERS pytest-xdist workers (they mostly
-# wait on broker processes and Spark JVMs, so three share two cores well), then the tests marked
+# wait on broker processes and Spark JVMs, so three share two cores well; tests marked
+# xdist_group run on one worker, e.g. the conformance corpus on one Apache Kafka), then the tests marked
 # `serial`, which measure the broker's memory or latency, alone. PYTEST_WORKERS=0 runs the first
 # part in one process too.
 # Exit code 5 ("no tests collected") of one part is fine when the other ran tests;
 # ALLOW_NO_TESTS=1 (CI) also accepts it from both.
 PYTEST_WORKERS ?= 3
-test: system-deps-test venv
+test: system-deps-test kafka-deps venv
 	@rc1=0; rc2=0; \
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) -m "not serial" --durations=30 \
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not serial" --durations=30 \
 		$(PYTEST_ARGS) || rc1=$$?; \
 	$(VENV)/bin/pytest -q -m serial $(PYTEST_ARGS) || rc2=$$?; \
 	if [ $$rc1 -eq 5 ] && [ $$rc2 -eq 5 ]; then rc=5; \

@@ -7,7 +7,8 @@
 # Usage: scripts/system-deps.sh [--check] test|demo
 #   test  kcat (interop tests), openssl (test certificates), fuse3 + libfuse3-3 (power-cut tests
 #         mount a FUSE filesystem), PostgreSQL's initdb/pg_ctl (dual-write tests),
-#         chromium + chromedriver (the web console's browser tests), Java 17+ (PySpark)
+#         chromium + chromedriver (the web console's browser tests), Java 17+ (PySpark, and
+#         Apache Kafka 4.4 beside Exactly), Maven (resolves Kafka: scripts/kafka-deps.sh)
 #   demo  Java 17+ (PySpark)
 # Where it looks: PATH (commands, `id -u` and `ldconfig -p` included, so a test can hide or fake
 # them), $JAVA_HOME/bin/java first as PySpark does, and PG_BIN_GLOB (default
@@ -70,6 +71,7 @@ find_missing() {
         have_postgres || need postgresql "pg_ctl and initdb on PATH or in $PG_BIN_GLOB"
         have chromium || need chromium "chromium on PATH (the web console's browser tests)"
         have chromedriver || need chromium-driver "chromedriver on PATH (the web console's browser tests)"
+        have mvn || need maven "mvn on PATH (resolves Apache Kafka 4.4 from Maven Central)"
     fi
     have_java17 || need openjdk-17-jre-headless \
         "Java 17 or later (\$JAVA_HOME/bin/java, else java on PATH) for PySpark"

@@ -20,9 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "system-deps.sh"
 # Everything the step looks for, and what stands in for it when a case wants it present.
 TOOLS = ["kcat", "kafkacat", "openssl", "fusermount3", "pg_ctl", "initdb", "java", "ldconfig",
-         "id", "apt-get", "sudo", "chromium", "chromedriver"]
+         "id", "apt-get", "sudo", "chromium", "chromedriver", "mvn"]
 ALL_TEST_PACKAGES = ["kcat", "openssl", "fuse3", "libfuse3-3", "postgresql", "chromium",
-                     "chromium-driver", "openjdk-17-jre-headless"]
+                     "chromium-driver", "maven", "openjdk-17-jre-headless"]
 PRESENT = {
     "kcat": "exit 0",
     "openssl": "exit 0",
@@ -31,6 +31,7 @@ PRESENT = {
     "initdb": "exit 0",
     "chromium": "exit 0",
     "chromedriver": "exit 0",
+    "mvn": "exit 0",
     "java": "echo 'openjdk version \"17.0.2\" 2022-01-18' >&2",
     "ldconfig": "echo '\tlibfuse3.so.3 (libc6,x86-64) => /lib/x86_64-linux-gnu/libfuse3.so.3'",
 }
@@ -124,7 +125,8 @@ def test_not_root_names_every_missing_package_and_the_install_command(machine: M
 
 
 def test_not_root_names_only_what_is_missing(machine: Machine) -> None:
-    machine.present("openssl", "fusermount3", "ldconfig", "java", "chromium", "chromedriver")
+    machine.present("openssl", "fusermount3", "ldconfig", "java", "chromium", "chromedriver",
+                    "mvn")
     done = machine.run("test")
     assert done.returncode == 1, done
     assert named_packages(done.stderr) == ["kcat", "postgresql"]
@@ -165,7 +167,8 @@ def test_everything_present_is_silent_and_calls_no_apt_get(machine: Machine) -> 
 
 def test_root_installs_what_is_missing_with_apt_get(machine: Machine) -> None:
     machine.root()
-    machine.present("openssl", "fusermount3", "ldconfig", "java", "chromium", "chromedriver")
+    machine.present("openssl", "fusermount3", "ldconfig", "java", "chromium", "chromedriver",
+                    "mvn")
     done = machine.run("test")
     assert done.returncode == 0, done
     assert machine.apt_calls() == [
@@ -177,7 +180,7 @@ def test_root_installs_what_is_missing_with_apt_get(machine: Machine) -> None:
 def test_root_fails_when_apt_get_did_not_provide_it(machine: Machine) -> None:
     machine.root()
     machine.present("kcat", "fusermount3", "ldconfig", "java", "pg_ctl", "initdb", "chromium",
-                    "chromedriver")
+                    "chromedriver", "mvn")
     done = machine.run("test")  # the stand-in apt-get installs no openssl
     assert done.returncode == 1, done
     assert "still not found" in done.stderr

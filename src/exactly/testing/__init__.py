@@ -13,6 +13,9 @@ pytest fixtures (import them into conftest.py):
     broker          a started broker, stopped after the test; settings from
                     @pytest.mark.broker_settings({...})
     broker_factory  make(settings=..., data_dir=...) -> a started broker; all closed after the test
+
+Apache Kafka 4.4 beside it, for comparing answers and speed: `ApacheKafka` and its fixtures
+`apache_kafka` and `apache_kafka_factory` (exactly.testing.kafka).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
 from exactly import failpoints
+from exactly.testing.kafka import ApacheKafka as ApacheKafka
+from exactly.testing.kafka import KafkaStartError as KafkaStartError
 from exactly.testing.spark_connect import SparkConnectServer as SparkConnectServer
 from exactly.testing.spark_connect import SparkConnectStartError as SparkConnectStartError
 
@@ -441,11 +446,19 @@ else:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
-        """On a failed test, add each broker's log to the report (before close() removes it)."""
+        """On a failed test, add each broker's log, and each Apache Kafka node's, to the report
+        (before close() removes them)."""
+        from exactly.testing import kafka
+
         outcome: Any = yield
         report = outcome.get_result()
         if report.failed and report.when in ("setup", "call"):
-            for b in item.stash.get(_BROKERS, []):
+            brokers = list(item.stash.get(_BROKERS, []))
+            for value in getattr(item, "funcargs", {}).values():
+                if isinstance(value, EmbeddedBroker) and value not in brokers:
+                    brokers.append(value)
+            for b in brokers:
                 report.sections.append(
                     (f"broker log {b.bootstrap} ({b.log_path})", b.log_tail(300))
                 )
+            report.sections.extend(kafka.report_sections(item))
