@@ -134,7 +134,12 @@ def _free_port(host: str) -> int:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random id in Kafka's form; as Kafka's Uuid.randomUuid, never one starting with '-',
+    which a command line would read as an option."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 class ApacheKafka:
