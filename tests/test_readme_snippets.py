@@ -58,6 +58,13 @@ def test_client(broker: EmbeddedBroker, tmp_path: Path) -> None:
     assert state.state == "CompleteCommit"  # committed by the resumed session
 
 
+def test_apache_kafka(tmp_path: Path) -> None:
+    out = run_snippet("apache-kafka", {}, tmp_path).split()
+    assert len(out) == 2, out
+    three, two = (line.split(",") for line in out)
+    assert len(three) == 3 and two == [three[0], three[2]], out
+
+
 def test_dual_write(broker: EmbeddedBroker, tmp_path: Path) -> None:
     _run_clean("dual-write", broker, tmp_path)
     with sqlite3.connect(tmp_path / "orders.db") as db:
