@@ -8,6 +8,7 @@ and every acknowledged record must be readable afterwards.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from exactly.testing.kafka import ApacheKafka, metadata_brokers, report_sections
+from exactly.testing.kafka import ApacheKafka, _ephemeral_range, metadata_brokers, report_sections
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -102,6 +103,23 @@ def test_three_nodes_keep_serving_acks_all_writes_when_a_node_is_killed(
     cluster.start(victim)
     wait_for(lambda: in_sync(admin, "replicated") == 3, "node back in every ISR", timeout=120)
     assert sorted(read_all(cluster.bootstrap, "replicated", 3)) == sorted(acked)
+
+
+def test_a_port_taken_before_the_first_start_is_replaced(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    kafka = ApacheKafka(data_dir=tmp_path)
+    low, _high = _ephemeral_range()
+    assert all(p < low for p in [*kafka.ports.values(), *kafka.controller_ports.values()])
+    # Kafka's JVM binds 127.0.0.1 as the IPv4-mapped IPv6 address: squat on that.
+    squatter = socket.socket(socket.AF_INET6)
+    squatter.bind(("::ffff:127.0.0.1", kafka.ports[1]))
+    squatter.listen()
+    try:
+        with kafka:
+            assert kafka.ports[1] != squatter.getsockname()[1]
+            assert metadata_brokers("127.0.0.1", kafka.ports[1]) == {1}
+    finally:
+        squatter.close()
+    assert "starting over on other ports" in kafka.node_log(1).read_text()
 
 
 def test_failed_tests_report_every_node_log(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -33,6 +33,7 @@ import atexit
 import base64
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -127,10 +128,33 @@ def java_command() -> str:
     return found
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _free_port(host: str, taken: set[int]) -> int:
+    """A port free now and outside the kernel's ephemeral range: a client reconnecting to a
+    killed node's port must not be given that very port as its own source port (TCP
+    simultaneous open connects it to itself, and the node cannot bind again)."""
+    low, high = _ephemeral_range()
+    lo, hi = (10000, low - 1) if low > 12000 else (high + 1, 65535)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(lo, hi)
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise KafkaStartError(f"no free port found in {lo}-{hi} on {host}")
 
 
 def _cluster_id() -> str:
@@ -175,8 +199,7 @@ class ApacheKafka:
             data_dir = self._tmp_root
         self.data_dir = Path(data_dir)
         self.cluster_id = _cluster_id()
-        self.ports = {n: _free_port(host) for n in self.node_ids}
-        self.controller_ports = {n: _free_port(host) for n in self.node_ids}
+        self._pick_ports()
         self.settings = {k: _text(v) for k, v in (settings or {}).items()}
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._classpath: str | None = None
@@ -219,14 +242,29 @@ class ApacheKafka:
         for n in ids:
             if self.running(n):
                 raise RuntimeError(f"Kafka node {n} is already running on {self.address(n)}")
-        if not self._formatted:
-            self._format()
-        for n in ids:
-            self._spawn(n)
-        deadline = time.monotonic() + self.startup_timeout
-        for n in ids:
-            self._wait_serving(n, deadline)
-        return self
+        first = not self._formatted
+        for attempt in range(3):
+            if not self._formatted:
+                self._format()
+            for n in ids:
+                self._spawn(n)
+            deadline = time.monotonic() + self.startup_timeout
+            try:
+                for n in ids:
+                    self._wait_serving(n, deadline)
+                return self
+            except KafkaStartError:
+                # A port taken by another process between choosing and binding it: on a first
+                # start nothing is stored yet, so start over on other ports.
+                if not (first and attempt < 2 and self._port_taken(ids)):
+                    raise
+                for n in ids:
+                    self.kill(n)
+                    self._note(n, "a port was taken meanwhile: starting over on other ports")
+                    shutil.rmtree(self.data_dir / f"node-{n}", ignore_errors=True)
+                self._formatted = False
+                self._pick_ports()
+        raise AssertionError("unreachable")
 
     def kill(self, node_id: int) -> int | None:
         """SIGKILL one node (a crash) and wait. Returns the exit code."""
@@ -326,6 +364,14 @@ class ApacheKafka:
 
     # -- machinery --
 
+    def _pick_ports(self) -> None:
+        taken: set[int] = set()
+        self.ports = {n: _free_port(self.host, taken) for n in self.node_ids}
+        self.controller_ports = {n: _free_port(self.host, taken) for n in self.node_ids}
+
+    def _port_taken(self, ids: list[int]) -> bool:
+        return any("Address already in use" in self.log_tail(n, 400) for n in ids)
+
     def _properties_file(self, node_id: int) -> Path:
         path = self.data_dir / f"node-{node_id}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in self.properties(node_id).items()))
@@ -389,7 +435,7 @@ class ApacheKafka:
                 listed = metadata_brokers(self.host, self.ports[node_id], timeout=2.0)
             except OSError:
                 listed = set()
-            want = {n for n in self.node_ids if self.running(n)}
+            want = {n for n in self.node_ids if self.running(n)} | {node_id}
             if want <= listed:
                 return
             if time.monotonic() > deadline:
