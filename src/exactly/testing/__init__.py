@@ -453,7 +453,7 @@ else:
         outcome: Any = yield
         report = outcome.get_result()
         if report.failed and report.when in ("setup", "call"):
-            brokers = list(item.stash.get(_BROKERS, []))
+            brokers: list[EmbeddedBroker] = list(item.stash.get(_BROKERS, ()))
             for value in getattr(item, "funcargs", {}).values():
                 if isinstance(value, EmbeddedBroker) and value not in brokers:
                     brokers.append(value)
