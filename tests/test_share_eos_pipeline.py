@@ -56,10 +56,12 @@ def _input(b: EmbeddedBroker, name: str, count: int) -> list[str]:
     set_group_configs(b, name, share_auto_offset_reset="earliest",
                       share_record_lock_duration_ms="1000", share_delivery_count_limit="10")
     values = [f"item-{i}" for i in range(count)]
-    with Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5}) as p:
+    # One batch per record: a share fetch acquires whole batches (KIP-932 as Kafka 4.2+ does
+    # it), and the workers are to take a few records at a time.
+    with Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0}) as p:
         for v in values:
             p.send(name, value=v.encode(), partition=0)
-        p.flush()
+            p.flush()
     return values
 
 

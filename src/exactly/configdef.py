@@ -118,4 +118,26 @@ def render(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
+    if isinstance(value, float):
+        return java_double(value)
     return str(value)
+
+
+def java_double(value: float) -> str:
+    """A double as Java's Double.toString writes it (and Kafka's DescribeConfigs shows it):
+    0.5, 1.0E7, 1.7976931348623157E308 (scientific from 10^7 up and below 10^-3)."""
+    import decimal
+    import math
+
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    if 1e-3 <= abs(value) < 1e7:
+        text = repr(value)
+        return text if "." in text or "e" in text else text + ".0"
+    sign, digits, exponent = decimal.Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = "".join(map(str, digits))
+    power = exponent + len(mantissa) - 1
+    return (f"{'-' if sign else ''}{mantissa[0]}.{mantissa[1:] or '0'}E{power}")

@@ -19,7 +19,7 @@ from exactly.client.errors import (
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
-from exactly.protocol.apis import SUPPORTED, ApiKey, build, request_class
+from exactly.protocol.apis import SUPPORTED, ApiKey, advertised, build, request_class
 from exactly.testing import EmbeddedBroker
 
 # -- ClientConfig ------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ def test_negotiation_with_exactly(exactly_broker):
         conn = await _connect(exactly_broker.bootstrap)
         try:
             # Exactly answers ApiVersions v3 with its table and its finalized features.
-            assert conn._broker_versions == SUPPORTED
+            assert conn._broker_versions == advertised()
             assert "transaction.version" in conn.finalized_features
             # The highest version both sides speak.
             assert conn.version(ApiKey.PRODUCE) == 12  # client 3-12, broker 3-13

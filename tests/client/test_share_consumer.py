@@ -29,13 +29,15 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 def _queue(b: EmbeddedBroker, topic: str, group: str, count: int) -> None:
-    """A topic with `count` records (values = offsets) and a share group reading from the start."""
+    """A topic with `count` records (values = offsets), each a batch of its own (a share fetch
+    acquires whole batches, KIP-932 as Kafka 4.2+ does it), and a share group reading from the
+    start."""
     create_topic(b, topic)
     set_group_configs(b, group, share_auto_offset_reset="earliest")
     with Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0}) as p:
         for i in range(count):
             p.send(topic, value=b"%d" % i, partition=0)
-        p.flush()
+            p.flush()
 
 
 def _consumer(b: EmbeddedBroker, group: str, topic: str, **conf: object) -> ShareConsumer:

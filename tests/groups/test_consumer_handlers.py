@@ -35,7 +35,8 @@ def join(services: Services, version: int, member_id: str, group: str = "cg") ->
 def test_heartbeat_joins_and_the_answer_names_partitions_by_topic_id(env, services,
                                                                       version: int) -> None:
     answer = join(services, version, "" if version == 0 else "member-a")
-    assert answer.error_code == ErrorCode.none and answer.member_epoch == 1
+    # As Kafka 4.4: a new group is at epoch 1, the first subscription takes it to 2.
+    assert answer.error_code == ErrorCode.none and answer.member_epoch == 2
     assert answer.member_id  # v0: chosen by the coordinator; v1: the client's
     (tp,) = answer.assignment.topic_partitions
     assert (tp.topic_id, tuple(tp.partitions)) == (env.logs.topic("t").topic_id, (0, 1, 2))
@@ -56,7 +57,7 @@ def test_describe_a_consumer_group_and_refuse_others(env, services, version: int
         DESCRIBE, version, group_ids=("cg", "nope"), include_authorized_operations=True))
     described, missing = answer.groups
     assert (described.error_code, described.group_state) == (ErrorCode.none, "Stable")
-    assert (described.group_epoch, described.assignment_epoch) == (1, 1)
+    assert (described.group_epoch, described.assignment_epoch) == (2, 2)
     assert described.assignor_name == "uniform"
     (member,) = described.members
     assert member.member_id == "member-a" and member.subscribed_topic_names == ("t",)
@@ -87,7 +88,7 @@ def test_offset_fetch_v9_checks_the_member_epoch(services) -> None:
             ApiKey.OFFSET_FETCH, 9, groups=(group,), require_stable=False))
         return answer.groups[0].error_code
 
-    assert fetch("member-a", 1) == ErrorCode.none
+    assert fetch("member-a", 2) == ErrorCode.none
     assert fetch("member-a", 4) == ErrorCode.stale_member_epoch
     assert fetch("ghost", 1) == ErrorCode.unknown_member_id
     assert fetch(None, -1) == ErrorCode.none  # an admin client

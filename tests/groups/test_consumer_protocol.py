@@ -69,37 +69,38 @@ def group_of(env):
 
 def test_first_member_gets_everything_then_revokes_before_the_newcomer_gets_it(cenv):
     r1 = hb(cenv, "m1", 0, T0)
-    assert (r1.error, r1.member_epoch, parts(cenv, r1)) == (ErrorCode.none, 1, set(range(6)))
+    # As Kafka 4.4: a new group is at epoch 1, the first subscription takes it to 2.
+    assert (r1.error, r1.member_epoch, parts(cenv, r1)) == (ErrorCode.none, 2, set(range(6)))
     assert r1.heartbeat_interval_ms == 500
     r2 = hb(cenv, "m2", 0, T0 + 10)
     # m2 is at the new epoch but its partitions are still m1's: nothing yet.
-    assert (r2.member_epoch, parts(cenv, r2)) == (2, set())
-    r1 = hb(cenv, "m1", 1, T0 + 20, owned=owned(cenv, range(6)))
+    assert (r2.member_epoch, parts(cenv, r2)) == (3, set())
+    r1 = hb(cenv, "m1", 2, T0 + 20, owned=owned(cenv, range(6)))
     kept = parts(cenv, r1)
-    assert r1.member_epoch == 1 and len(kept) == 3  # revoke first, at the old epoch
+    assert r1.member_epoch == 2 and len(kept) == 3  # revoke first, at the old epoch
     assert group_of(cenv).state is GroupState.RECONCILING
-    r2 = hb(cenv, "m2", 2, T0 + 30)
+    r2 = hb(cenv, "m2", 3, T0 + 30)
     assert r2.assignment is None  # still unreleased
-    r1 = hb(cenv, "m1", 1, T0 + 40, owned=owned(cenv, kept))
-    # Revoked: m1 moves to epoch 2 with what it kept (unchanged, so not sent again).
-    assert (r1.member_epoch, r1.assignment) == (2, None)
-    r2 = hb(cenv, "m2", 2, T0 + 50)
+    r1 = hb(cenv, "m1", 2, T0 + 40, owned=owned(cenv, kept))
+    # Revoked: m1 moves to epoch 3 with what it kept (unchanged, so not sent again).
+    assert (r1.member_epoch, r1.assignment) == (3, None)
+    r2 = hb(cenv, "m2", 3, T0 + 50)
     assert parts(cenv, r2) == set(range(6)) - kept
     assert group_of(cenv).state is GroupState.STABLE
 
 
 def test_epochs_are_checked(cenv):
     hb(cenv, "m1", 0, T0)
-    assert hb(cenv, "m1", 5, T0 + 1).error is ErrorCode.fenced_member_epoch
+    assert hb(cenv, "m1", 6, T0 + 1).error is ErrorCode.fenced_member_epoch
     assert hb(cenv, "nobody", 1, T0 + 1).error is ErrorCode.unknown_member_id
-    hb(cenv, "m2", 0, T0 + 2)  # group epoch 2: m1 must revoke
-    kept = parts(cenv, hb(cenv, "m1", 1, T0 + 3, owned=owned(cenv, range(6))))
-    r1 = hb(cenv, "m1", 1, T0 + 4, owned=owned(cenv, kept))
-    assert r1.member_epoch == 2
-    # The answer with epoch 2 was lost: epoch 1 again, owning nothing beyond the assignment.
-    again = hb(cenv, "m1", 1, T0 + 5, owned=owned(cenv, kept))
-    assert (again.error, again.member_epoch) == (ErrorCode.none, 2)
-    assert hb(cenv, "m1", 1, T0 + 6, owned=owned(cenv, range(6))).error is \
+    hb(cenv, "m2", 0, T0 + 2)  # group epoch 3: m1 must revoke
+    kept = parts(cenv, hb(cenv, "m1", 2, T0 + 3, owned=owned(cenv, range(6))))
+    r1 = hb(cenv, "m1", 2, T0 + 4, owned=owned(cenv, kept))
+    assert r1.member_epoch == 3
+    # The answer with epoch 3 was lost: epoch 2 again, owning nothing beyond the assignment.
+    again = hb(cenv, "m1", 2, T0 + 5, owned=owned(cenv, kept))
+    assert (again.error, again.member_epoch) == (ErrorCode.none, 3)
+    assert hb(cenv, "m1", 2, T0 + 6, owned=owned(cenv, range(6))).error is \
         ErrorCode.fenced_member_epoch
 
 
@@ -117,7 +118,7 @@ def test_leaving_and_session_timeout_give_partitions_to_the_others(cenv):
     # m3 leaves; m2 goes silent and times out; m1 ends up with everything.
     left = hb(cenv, "m3", -1, T0 + 100)
     assert (left.error, left.member_epoch) == (ErrorCode.none, -1)
-    now, epoch, mine = T0 + 200, 1, set(range(6))
+    now, epoch, mine = T0 + 200, 2, set(range(6))
     while now < T0 + SESSION + 2000:
         r = hb(cenv, "m1", epoch, now, owned=owned(cenv, mine))
         epoch, mine = r.member_epoch, parts(cenv, r) if r.assignment is not None else mine
@@ -130,24 +131,24 @@ def test_leaving_and_session_timeout_give_partitions_to_the_others(cenv):
 def test_a_member_that_does_not_revoke_in_time_is_fenced(cenv):
     hb(cenv, "m1", 0, T0, rebalance=1000)
     hb(cenv, "m2", 0, T0 + 1)
-    r1 = hb(cenv, "m1", 1, T0 + 2, owned=owned(cenv, range(6)))
+    r1 = hb(cenv, "m1", 2, T0 + 2, owned=owned(cenv, range(6)))
     assert len(parts(cenv, r1)) == 3
-    hb(cenv, "m2", 2, T0 + 500)
+    hb(cenv, "m2", 3, T0 + 500)
     cenv.coordinator.tick(T0 + 900)
     assert "m1" in group_of(cenv).consumer.members
-    hb(cenv, "m1", 1, T0 + 1001, owned=owned(cenv, range(6)))  # still owns what it must revoke
+    hb(cenv, "m1", 2, T0 + 1001, owned=owned(cenv, range(6)))  # still owns what it must revoke
     cenv.coordinator.tick(T0 + 1100)
     assert "m1" not in group_of(cenv).consumer.members
-    assert hb(cenv, "m1", 1, T0 + 1200).error is ErrorCode.unknown_member_id
-    r2 = hb(cenv, "m2", 2, T0 + 1300)
-    assert (r2.member_epoch, parts(cenv, r2)) == (3, set(range(6)))
+    assert hb(cenv, "m1", 2, T0 + 1200).error is ErrorCode.unknown_member_id
+    r2 = hb(cenv, "m2", 3, T0 + 1300)
+    assert (r2.member_epoch, parts(cenv, r2)) == (4, set(range(6)))
 
 
 def test_static_member_leaves_and_returns_under_a_new_id_without_a_rebalance(cenv):
     hb(cenv, "a1", 0, T0, instance="inst-a")
     hb(cenv, "b", 0, T0 + 1)
-    mine = parts(cenv, hb(cenv, "a1", 1, T0 + 2, owned=owned(cenv, range(6)), instance="inst-a"))
-    epoch = hb(cenv, "a1", 1, T0 + 3, owned=owned(cenv, mine), instance="inst-a").member_epoch
+    mine = parts(cenv, hb(cenv, "a1", 2, T0 + 2, owned=owned(cenv, range(6)), instance="inst-a"))
+    epoch = hb(cenv, "a1", 2, T0 + 3, owned=owned(cenv, mine), instance="inst-a").member_epoch
     assert hb(cenv, "a2", 0, T0 + 4, instance="inst-a").error is ErrorCode.unreleased_instance_id
     assert hb(cenv, "a1", -2, T0 + 5, instance="inst-a").member_epoch == -2
     back = hb(cenv, "a2", 0, T0 + 6, instance="inst-a")
@@ -157,15 +158,19 @@ def test_static_member_leaves_and_returns_under_a_new_id_without_a_rebalance(cen
 
 
 def test_new_partitions_and_new_matching_topics_bump_the_group_epoch(cenv):
+    # As Kafka 4.4: a new regex is resolved after the heartbeat that brings it, so the first
+    # answer assigns nothing (epoch 1) and the next one the matching topics (epoch 2).
     r = hb(cenv, "m1", 0, T0, regex="t.*")
-    assert parts(cenv, r) == set(range(6))
-    cenv.logs.create_partitions("t", 8)
+    assert (r.member_epoch, parts(cenv, r)) == (1, set())
     r = hb(cenv, "m1", 1, T0 + 1)
-    assert (r.member_epoch, parts(cenv, r)) == (2, set(range(8)))
+    assert (r.member_epoch, parts(cenv, r)) == (2, set(range(6)))
+    cenv.logs.create_partitions("t", 8)
+    r = hb(cenv, "m1", 2, T0 + 1)
+    assert (r.member_epoch, parts(cenv, r)) == (3, set(range(8)))
     cenv.logs.create_topic("t2", 2)
     cenv.logs.create_topic("other", 2)
-    r = hb(cenv, "m1", 2, T0 + 2)
-    assert r.member_epoch == 3
+    r = hb(cenv, "m1", 3, T0 + 2)
+    assert r.member_epoch == 4
     assert parts(cenv, r, "t2") == {0, 1} and parts(cenv, r, "other") == set()
 
 
@@ -179,9 +184,9 @@ def test_range_assignor_chosen_by_the_members(cenv):
 def test_the_group_survives_a_restart_and_members_carry_on(cenv):
     hb(cenv, "m1", 0, T0)
     hb(cenv, "m2", 0, T0)
-    kept = parts(cenv, hb(cenv, "m1", 1, T0 + 1, owned=owned(cenv, range(6))))
-    r1 = hb(cenv, "m1", 1, T0 + 2, owned=owned(cenv, kept))
-    r2 = hb(cenv, "m2", 2, T0 + 3)
+    kept = parts(cenv, hb(cenv, "m1", 2, T0 + 1, owned=owned(cenv, range(6))))
+    r1 = hb(cenv, "m1", 2, T0 + 2, owned=owned(cenv, kept))
+    r2 = hb(cenv, "m2", 3, T0 + 3)
     hb(cenv, "m3", 0, T0 + 4)
     hb(cenv, "m3", -1, T0 + 5)  # leaves: tombstones
     before = group_of(cenv).consumer
@@ -214,15 +219,15 @@ def test_offset_commits_carry_the_member_epoch(cenv):
                                         generation_id=epoch, now_ms=T0).errors[("t", 0)]
 
     assert commit("m1", r.member_epoch) is ErrorCode.none
-    assert commit("m1", 7) is ErrorCode.stale_member_epoch
+    assert commit("m1", 7) is ErrorCode.stale_member_epoch  # m1 is at epoch 2
     assert commit("ghost", 1) is ErrorCode.unknown_member_id
     assert commit("m1", 1, version=8) is ErrorCode.unsupported_version
     assert commit("", -1) is ErrorCode.unknown_member_id  # the group has members
     # TxnOffsetCommit answers a stale epoch with ILLEGAL_GENERATION, as Kafka does.
     assert txn_commit("m1", 7) is ErrorCode.illegal_generation
     assert txn_commit("ghost", 1) is ErrorCode.unknown_member_id
-    assert txn_commit("m1", 1) is ErrorCode.none
-    assert coord.validate_offset_fetch(GROUP, "m1", 1) is ErrorCode.none
+    assert txn_commit("m1", 2) is ErrorCode.none
+    assert coord.validate_offset_fetch(GROUP, "m1", 2) is ErrorCode.none
     assert coord.validate_offset_fetch(GROUP, "m1", 3) is ErrorCode.stale_member_epoch
     assert coord.validate_offset_fetch(GROUP, "x", 1) is ErrorCode.unknown_member_id
     assert coord.validate_offset_fetch(GROUP, None, -1) is ErrorCode.none

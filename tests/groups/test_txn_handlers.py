@@ -1,9 +1,10 @@
-"""TxnOffsetCommit (v0-5) and OffsetFetch's require_stable through the handlers: requests built
+"""TxnOffsetCommit (v0-6) and OffsetFetch's require_stable through the handlers: requests built
 from kio's classes, answers encoded with kio's writers, the coordinator and its log real. The
 transaction coordinator's answer is scripted here; the TCP tests cover the real one."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from exactly.groups import OFFSETS_TOPIC
 from exactly.protocol.apis import SUPPORTED, ApiKey
+from exactly.protocol.drafts import txn_offset_commit_v6 as v6
 
 from .group_helpers import T0
 from .test_handlers import call, make_services, nested, request
@@ -80,7 +82,33 @@ def offset_fetch(broker: Any, version: int, group: str, *, stable: bool) -> list
 
 
 def test_txn_offset_commit_is_advertised() -> None:
-    assert SUPPORTED[TK] == (0, 5)
+    assert SUPPORTED[TK] == (0, 6)  # v6: KIP-1319's topic ids, as Kafka 4.4
+
+
+def test_txn_offset_commit_v6_names_topics_by_id(env) -> None:
+    """v6 (KIP-1319): topics by id; an unknown id is UNKNOWN_TOPIC_ID and the others are
+    committed, as Kafka 4.4 answers (conformance case txn.offsets_v6)."""
+    info = env.logs.create_topic("t", 2, internal=False)
+    broker = txn_broker(env)
+    broker.logs = env.logs  # v6 looks the topic ids up
+    unknown = uuid.UUID("7f9c24e8-4a3b-4f5e-9d2c-1b0a9e8d7c6b")
+    topics = tuple(
+        v6.TxnOffsetCommitRequestTopic(topic_id=tid, partitions=(
+            v6.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                               committed_leader_epoch=-1,
+                                               committed_metadata=""),))
+        for tid in (info.topic_id, unknown))
+    r = call(broker, TK, 6, request(
+        TK, 6, transactional_id="tx", group_id="g6", producer_id=PID, producer_epoch=EPOCH,
+        generation_id=-1, member_id="", group_instance_id=None, topics=topics))
+    assert [(t.topic_id, errors_of_topic(t)) for t in r.topics] == [
+        (info.topic_id, [(0, ErrorCode.none)]), (unknown, [(0, ErrorCode.unknown_topic_id)])]
+    tp = (OFFSETS_TOPIC, env.coordinator.offsets_partition("g6"))
+    assert broker.txn.calls == [("add", "tx", PID, EPOCH, (tp,))]  # as v5: transaction version 2
+
+
+def errors_of_topic(topic: Any) -> list[tuple[int, ErrorCode]]:
+    return [(p.partition_index, p.error_code) for p in topic.partitions]
 
 
 @pytest.mark.parametrize("version", range(6))

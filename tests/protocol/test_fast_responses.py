@@ -68,19 +68,26 @@ def test_add_partitions_to_txn_only_the_clients_versions():
 TOPIC_ID = uuid.UUID("6ba7b810-9dad-11d1-80b4-00c04fd430c8")
 
 
+def _time(ms: int) -> datetime.datetime | None:
+    return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
 @pytest.mark.parametrize("version", range(SUPPORTED[ApiKey.PRODUCE][0],
                                           SUPPORTED[ApiKey.PRODUCE][1] + 1))
 @pytest.mark.parametrize("topics", [
     [],
-    [("orders", TOPIC_ID, [(0, ErrorCode.none, 42, 0, None, ())])],
-    [("orders", None, [(0, ErrorCode.none, 42, 0, None, ()),
-                       (3, ErrorCode.invalid_record, -1, -1, "empty or null record set", ())]),
-     ("ünïcode", TOPIC_ID, [(1, ErrorCode.not_enough_replicas, -1, 17, "é" * 200, ())])],
-    [("", None, [(p, ErrorCode.unknown_topic_id, -1, -1, None, ()) for p in range(130)])],
+    [("orders", TOPIC_ID, [(0, ErrorCode.none, 42, 0, None, (), -1)])],
+    # A LogAppendTime topic's append, or a duplicate's original batch: its time.
+    [("orders", TOPIC_ID, [(0, ErrorCode.none, 42, 0, None, (), 1_600_000_000_123)])],
+    [("orders", None, [(0, ErrorCode.none, 42, 0, None, (), -1),
+                       (3, ErrorCode.invalid_record, -1, -1, "empty or null record set", (),
+                        -1)]),
+     ("ünïcode", TOPIC_ID, [(1, ErrorCode.not_enough_replicas, -1, 17, "é" * 200, (), -1)])],
+    [("", None, [(p, ErrorCode.unknown_topic_id, -1, -1, None, (), -1) for p in range(130)])],
     # Record errors (a compacted topic refusing keyless records); Produce v8+ carries them.
     [("compacted", TOPIC_ID, [(2, ErrorCode.invalid_record, -1, -1, "rejected", (
         (0, "Compacted topic cannot accept message without key in topic partition t-2."),
-        (5, None)))])],
+        (5, None)), -1)])],
 ])
 def test_produce(version, topics):
     k = ApiKey.PRODUCE
@@ -88,13 +95,13 @@ def test_produce(version, topics):
         _nested(k, version, "TopicProduceResponse", name=name, topic_id=topic_id,
                 partition_responses=tuple(
                     _nested(k, version, "PartitionProduceResponse", index=i, error_code=e,
-                            base_offset=b, log_append_time=None, log_start_offset=s,
+                            base_offset=b, log_append_time=_time(t), log_start_offset=s,
                             record_errors=tuple(
                                 _nested(k, version, "BatchIndexAndErrorMessage", batch_index=j,
                                         batch_index_error_message=why) for j, why in errors
                                 if version >= 8),  # older versions have no record errors
                             error_message=m)
-                    for i, e, b, s, m, errors in parts))
+                    for i, e, b, s, m, errors, t in parts))
         for name, topic_id, parts in topics))
     decoded = _same_frame(k, version, entity, fast_responses.produce(version, topics))
     assert len(decoded.responses) == len(topics)

@@ -4,7 +4,14 @@ import struct
 
 import pytest
 
-from exactly.protocol.apis import SUPPORTED, ApiKey, build, request_class, response_class
+from exactly.protocol.apis import (
+    SUPPORTED,
+    ApiKey,
+    advertised,
+    build,
+    request_class,
+    response_class,
+)
 from exactly.protocol.framing import (
     MalformedRequest,
     RequestHeader,
@@ -83,4 +90,4 @@ def test_api_versions_response_uses_header_v0():
     assert struct.unpack_from(">ih", frame, 4) == (7, 0)
     correlation_id, response = decode_response(ApiKey.API_VERSIONS, 3, frame[4:])
     assert correlation_id == 7
-    assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == SUPPORTED
+    assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == advertised()

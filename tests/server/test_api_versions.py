@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from exactly.protocol.apis import SUPPORTED, ApiKey, request_class
+from exactly.protocol.apis import SUPPORTED, ApiKey, advertised, request_class
 from exactly.protocol.framing import RequestHeader, decode_response, encode_request, encode_response
-from exactly.server.handlers.api_versions import _encoded, api_versions_response
+from exactly.server.handlers.api_versions import FIXED_FEATURES, _encoded, api_versions_response
 from exactly.testing import EmbeddedBroker
 from tests.rawclient import RawConnection
 
@@ -30,20 +30,23 @@ def _raw_answer(broker: EmbeddedBroker, version: int, correlation_id: int) -> by
 
 @pytest.mark.parametrize("transaction_version", [1, 2])
 def test_every_version_answers_kios_encoding_of_the_table(transaction_version: int) -> None:
-    finalized = {"transaction.version": transaction_version}
+    # KIP-848's group.version and KIP-932's share.version are finalized at 1 whatever the
+    # transaction version, as Kafka 4.4 finalizes its group and share features.
+    finalized = {"transaction.version": transaction_version, **FIXED_FEATURES}
     with EmbeddedBroker(settings={"transaction.version": transaction_version}) as broker:
         lo, hi = SUPPORTED[ApiKey.API_VERSIONS]
         for version in range(lo, hi + 1):
             for correlation_id in (7, 8):  # the second answer comes from the encoded body kept
                 frame = _raw_answer(broker, version, correlation_id)
                 expected = encode_response(ApiKey.API_VERSIONS, version, correlation_id,
-                                           api_versions_response(version, finalized))
+                                           api_versions_response(version,
+                                                                 dict(sorted(finalized.items()))))
                 assert frame == expected[4:], (version, correlation_id)
         answer = decode_response(ApiKey.API_VERSIONS, 3, _raw_answer(broker, 3, 9))[1]
-        assert [(f.name, f.max_version_level) for f in answer.finalized_features] == [
+        assert sorted((f.name, f.max_version_level) for f in answer.finalized_features) == [
+            ("group.version", 1), ("share.version", 1),
             ("transaction.version", transaction_version)]
-        assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys} == dict(
-            SUPPORTED)
+        assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys} == advertised()
 
 
 def test_the_kept_body_follows_the_finalized_features() -> None:

@@ -51,12 +51,12 @@ def _lo_topic():
                                     timestamp=-1),))
 
 
-def _produce_frame(conn, records: bytes) -> bytes:
+def _produce_frame(conn, records: bytes, acks: int = -1, partition: int = 0) -> bytes:
     module = __import__("kio.schema.produce.v9.request", fromlist=["x"])
     req = module.ProduceRequest(
-        transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=5),
+        transactional_id=None, acks=i16(acks), timeout=datetime.timedelta(seconds=5),
         topic_data=(module.TopicProduceData(name=TOPIC, partition_data=(
-            module.PartitionProduceData(index=i32(0), records=records),)),))
+            module.PartitionProduceData(index=i32(partition), records=records),)),))
     return conn.frame(ApiKey.PRODUCE, 9, req)
 
 
@@ -147,6 +147,20 @@ def test_negative_array_length(broker):
     _expect_closed(broker, struct.pack(">i", len(body)) + body)
 
 
+def test_huge_compact_array_length(broker):
+    # Metadata v12: a five-byte body claiming 4,294,967,294 topics. kio's reader would reserve
+    # room for them (34 GB) and abort the process; the broker closes the connection, as Kafka.
+    body = struct.pack(">hhih", ApiKey.METADATA, 12, 1, -1) + b"\0" + b"\xff\xff\xff\xff\x0f"
+    _expect_closed(broker, struct.pack(">i", len(body)) + body)
+
+
+def test_huge_array_inside_a_produce(broker):
+    # Produce v9: one topic whose partitions array claims two million entries.
+    body = (struct.pack(">hhih", ApiKey.PRODUCE, 9, 1, -1) + b"\0" + b"\x00"
+            + struct.pack(">hi", 1, 1000) + b"\x02\x02t" + b"\xff\xff\x7f")
+    _expect_closed(broker, struct.pack(">i", len(body)) + body)
+
+
 def test_string_longer_than_frame(broker):
     body = struct.pack(">hhih", ApiKey.METADATA, 4, 1, 500) + b"abc"
     _expect_closed(broker, struct.pack(">i", len(body)) + body)
@@ -191,26 +205,45 @@ def test_bad_crc_is_corrupt_message(broker):
     assert _produce_error(broker, bytes(batch)) == ErrorCode.corrupt_message
 
 
+# As Apache Kafka 4.4 answers them (tests/conformance/corpus/produce.py, produce.bad_batches):
+# Produce v3+ carries exactly one complete batch per partition, so a second batch, good or bad,
+# and a batch cut short (or whose length claims more than there is) are INVALID_RECORD.
+
+
 def test_second_batch_bad_rejects_the_whole_partition_write(broker):
     bad = bytearray(_good_batch())
     bad[30] ^= 0x01  # inside baseTimestamp, covered by the CRC
-    assert _produce_error(broker, _good_batch() + bytes(bad)) == ErrorCode.corrupt_message
+    assert _produce_error(broker, _good_batch() + bytes(bad)) == ErrorCode.invalid_record
 
 
 def test_truncated_batch_inside_records(broker):
-    assert _produce_error(broker, _good_batch()[:-3]) == ErrorCode.corrupt_message
+    assert _produce_error(broker, _good_batch()[:-3]) == ErrorCode.invalid_record
 
 
 def test_batch_length_field_too_large(broker):
     batch = bytearray(_good_batch())
     struct.pack_into(">i", batch, 8, 10_000)
-    assert _produce_error(broker, bytes(batch)) == ErrorCode.corrupt_message
+    assert _produce_error(broker, bytes(batch)) == ErrorCode.invalid_record
 
 
 def test_old_magic_is_invalid_record(broker):
     batch = bytearray(_good_batch())
     batch[16] = 1
     assert _produce_error(broker, bytes(batch)) in (ErrorCode.invalid_record, ErrorCode.corrupt_message)
+
+
+@pytest.mark.parametrize("bad", ["unknown partition", "bad crc"])
+def test_a_refused_acks_0_produce_closes_the_connection(broker, bad):
+    # acks=0 has no answer to carry the error: as Kafka, the broker closes the connection (the
+    # producer refreshes its metadata and reconnects). Conformance case produce.acks.
+    conn = RawConnection(broker.host, broker.port)
+    batch = bytearray(_good_batch())
+    if bad == "bad crc":
+        batch[30] ^= 0x01
+    conn.send_bytes(_produce_frame(conn, bytes(batch), acks=0,
+                                   partition=7 if bad == "unknown partition" else 0))
+    assert conn.is_closed_by_peer()
+    conn.close()
 
 
 def test_empty_records_is_refused(broker):

@@ -325,7 +325,7 @@ def test_count_errors_counts_each_code_but_none():
     assert metrics.REGISTRY.get_sample_value("exactly_request_errors_total", key) == before + 2
     # The same answer encoded by hand counts the same.
     body = fast_responses.produce(11, [("t", None, [(1, ErrorCode.not_leader_or_follower, -1, -1,
-                                                     None, ())])])
+                                                     None, (), -1)])])
     metrics.count_errors(ApiKey.PRODUCE, 11, body)
     assert metrics.REGISTRY.get_sample_value("exactly_request_errors_total", key) == before + 3
     assert metrics.REGISTRY.get_sample_value("exactly_request_errors_total",

@@ -106,23 +106,24 @@ def test_membership_epochs_leave_and_session_timeout(env: Env) -> None:
         return c.heartbeat(group_id="g", member_id=member, member_epoch=epoch,
                            subscribed=topics, rack_id=None, client_id="c", client_host="h",
                            now_ms=now)[0]
+    # As Kafka 4.4: a new group is at epoch 1, the first join takes it to 2.
     a = hb("a", 0, T0)
-    assert (a.error, a.member_epoch, a.assignment) == (ErrorCode.none, 1, {tid: (0, 1)})
+    assert (a.error, a.member_epoch, a.assignment) == (ErrorCode.none, 2, {tid: (0, 1)})
     b = hb("b", 0, T0)
-    assert b.member_epoch == 2 and b.assignment == {tid: (1,)}
-    # a's next heartbeat carries its epoch (1) and moves it to the group epoch
-    a = hb("a", 1, T0 + 100, None)
-    assert a.member_epoch == 2 and a.assignment == {tid: (0,)}
-    assert hb("a", 1, T0 + 100, None).error is ErrorCode.fenced_member_epoch
+    assert b.member_epoch == 3 and b.assignment == {tid: (1,)}
+    # a's next heartbeat carries its epoch (2) and moves it to the group epoch
+    a = hb("a", 2, T0 + 100, None)
+    assert a.member_epoch == 3 and a.assignment == {tid: (0,)}
+    assert hb("a", 2, T0 + 100, None).error is ErrorCode.fenced_member_epoch
     # a member that holds records and misses its session timeout is removed; records released
     sp, _ = c.share_partition("g", tid, 0, env.logs.get_log("q", 0), T0)
     sp.acquire("b", [LogBatch(0, 0)], max_records=1, now_ms=T0)
-    hb("a", 2, T0 + 900, None)
+    hb("a", 3, T0 + 900, None)
     c.tick(T0 + 1001)
     assert set(c.groups["g"].members) == {"a"}
     assert sp.acquired_by("b") == [] and sp.records[0].state is RecordState.AVAILABLE
-    a = hb("a", 2, T0 + 1100, None)  # the member learns the new epoch and assignment
-    assert (a.member_epoch, a.assignment) == (3, {tid: (0, 1)})
+    a = hb("a", 3, T0 + 1100, None)  # the member learns the new epoch and assignment
+    assert (a.member_epoch, a.assignment) == (4, {tid: (0, 1)})
     assert hb("a", -1, T0 + 1200).member_epoch == -1
     assert c.groups["g"].members == {}
 

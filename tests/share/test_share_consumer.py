@@ -36,7 +36,8 @@ pytestmark = pytest.mark.broker_settings(SETTINGS)
 def test_members_share_one_partition_and_get_every_record_once(broker: EmbeddedBroker) -> None:
     create_topic(broker, "q")
     set_group_configs(broker, "sg", share_auto_offset_reset="earliest")
-    produce(broker, "q", (b"%d" % i for i in range(300)))
+    for first in range(0, 300, 10):  # batches of 10: a member acquires whole batches
+        produce(broker, "q", (b"%d" % i for i in range(first, first + 10)))
     consumers = [share_consumer(broker, "sg", "q", max_poll_records=20) for _ in range(3)]
     delivered: Counter[int] = Counter()
     by_member: Counter[int] = Counter()

@@ -59,7 +59,8 @@ class Env:
 
     def acquire(self, member: str, count: int, now: int = T0) -> SharePartition:
         sp, _ = self.coordinator.fetchable("g", self.tid, 0, self.logs.get_log("q", 0), now)
-        sp.acquire(member, [LogBatch(0, 99)], max_records=count, now_ms=now)
+        # One batch per record: whole-batch acquisition then takes exactly `count`.
+        sp.acquire(member, [LogBatch(i, i) for i in range(100)], max_records=count, now_ms=now)
         return sp
 
     def stage(self, producer_id: int, *batches: AckBatch, member: str = "m",

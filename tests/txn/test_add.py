@@ -93,8 +93,9 @@ def test_client_transaction_version_is_recorded(coord: TransactionCoordinator) -
 def test_verify_partitions(coord: TransactionCoordinator) -> None:
     pid, epoch = begin(coord, partitions=(P0,))
     end = log_end(coord)
+    # Kafka 4.4: a partition the transaction does not hold makes it abortable.
     assert coord.verify_partitions(TXN, pid, epoch, [P0, P1]) == {
-        P0: ErrorCode.none, P1: ErrorCode.invalid_txn_state}
+        P0: ErrorCode.none, P1: ErrorCode.transaction_abortable}
     assert log_end(coord) == end
     assert state(coord) is TxnState.ONGOING
     meta = coord.describe(TXN)
@@ -107,7 +108,7 @@ def test_verify_errors(coord: TransactionCoordinator) -> None:
     assert coord.verify_partitions("", 1, 0, [P0]) == {P0: ErrorCode.invalid_request}
     pid, epoch = init(coord)
     assert coord.verify_partitions(TXN, pid, epoch, [P0]) == {  # Empty
-        P0: ErrorCode.invalid_txn_state}
+        P0: ErrorCode.transaction_abortable}
     assert coord.verify_partitions(TXN, pid + 1, epoch, [P0]) == {
         P0: ErrorCode.invalid_producer_id_mapping}
     assert coord.verify_partitions(TXN, pid, epoch + 1, [P0]) == {P0: ErrorCode.producer_fenced}
@@ -116,9 +117,13 @@ def test_verify_errors(coord: TransactionCoordinator) -> None:
 def test_verify_after_the_transaction_ended(coord: TransactionCoordinator) -> None:
     pid, epoch = begin(coord, partitions=(P0,))
     coord.end_txn(TXN, pid, epoch, False, bump_epoch=False, now_ms=T0 + 1)
-    assert coord.verify_partitions(TXN, pid, epoch, [P0]) == {P0: ErrorCode.invalid_txn_state}
+    # As Kafka: markers being written is a retriable wait, then the partition is not in any
+    # open transaction.
+    assert coord.verify_partitions(TXN, pid, epoch, [P0]) == {
+        P0: ErrorCode.concurrent_transactions}
     coord.markers_written(TXN, T0 + 2)
-    assert coord.verify_partitions(TXN, pid, epoch, [P0]) == {P0: ErrorCode.invalid_txn_state}
+    assert coord.verify_partitions(TXN, pid, epoch, [P0]) == {
+        P0: ErrorCode.transaction_abortable}
 
 
 # -- AddOffsetsToTxn ----------------------------------------------------------------------------
@@ -143,7 +148,8 @@ def test_add_offsets_errors(coord: TransactionCoordinator) -> None:
     assert coord.add_offsets("nope", 1, 0, "g", OFFSETS, now_ms=T0) == (
         ErrorCode.invalid_producer_id_mapping)
     pid, epoch = begin(coord)
-    assert coord.add_offsets(TXN, pid, epoch, "", OFFSETS, now_ms=T0) == ErrorCode.invalid_request
+    # An empty group id is a group as any other, as Kafka 4.4 answers.
+    assert coord.add_offsets(TXN, pid, epoch, "", OFFSETS, now_ms=T0) == ErrorCode.none
     assert coord.add_offsets(TXN, pid + 1, epoch, "g", OFFSETS, now_ms=T0) == (
         ErrorCode.invalid_producer_id_mapping)
     assert (coord.add_offsets(TXN, pid, epoch - 1, "g", OFFSETS, now_ms=T0)

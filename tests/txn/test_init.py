@@ -108,11 +108,29 @@ def test_kip360_bump_with_current_identity(coord: TransactionCoordinator) -> Non
     pid, epoch = init(coord)
     r = coord.init_producer_id(TXN, TIMEOUT, pid, epoch, now_ms=T0 + 1)
     assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
-    # The answer was lost; the retry with the same identity gets the same answer, no new record.
-    end = log_end(coord)
-    r2 = coord.init_producer_id(TXN, TIMEOUT, pid, epoch, now_ms=T0 + 2)
+    # The answer was lost; the retry with the same identity gets the same answer, no new epoch
+    # (as Kafka's prepareIncrementProducerEpoch, Empty is written again with the new timeout).
+    r2 = coord.init_producer_id(TXN, TIMEOUT * 2, pid, epoch, now_ms=T0 + 2)
     assert (r2.error, r2.producer_id, r2.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
-    assert log_end(coord) == end
+    meta = coord.describe(TXN)
+    assert meta is not None and (meta.state, meta.txn_timeout_ms) == (TxnState.EMPTY,
+                                                                      TIMEOUT * 2)
+
+
+def test_kip360_recovery_of_an_ongoing_transaction(coord: TransactionCoordinator) -> None:
+    """InitProducerId with the current identity while a transaction is open: the coordinator
+    aborts it with epoch + 1 and the producer goes on with that epoch (Kafka 4.4's answer; the
+    conformance case txn.init_producer_id_recover_ongoing)."""
+    pid, epoch = begin(coord)
+    r = coord.init_producer_id(TXN, TIMEOUT, pid, epoch, now_ms=T0 + 1)
+    assert r.error == ErrorCode.concurrent_transactions and r.markers is not None
+    coord.markers_written(TXN, T0 + 2)
+    r2 = coord.init_producer_id(TXN, TIMEOUT, pid, epoch, now_ms=T0 + 3)
+    assert (r2.error, r2.producer_id, r2.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
+    assert state(coord) is TxnState.EMPTY
+    # The old epoch is fenced now.
+    assert coord.end_txn(TXN, pid, epoch, False, bump_epoch=True,
+                         now_ms=T0 + 4).error == ErrorCode.producer_fenced
 
 
 def test_kip360_stale_epoch_is_fenced(coord: TransactionCoordinator) -> None:

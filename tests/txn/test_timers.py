@@ -30,17 +30,23 @@ def test_timeout_aborts_with_bumped_epoch(coord: TransactionCoordinator) -> None
         TXN, pid, epoch + 1, False, [P0, P1])
     assert state(coord) is TxnState.PREPARE_ABORT
     assert coord.tick(T0 + TIMEOUT + 2) == []  # not aborted twice
-    # The zombie is fenced.
+    # The zombie is fenced. A version-2 EndTxn one epoch below is taken for a retry of the abort
+    # (Kafka's retryOnEpochBump): a commit is INVALID_TXN_STATE, as Kafka 4.4 answers.
     assert coord.end_txn(TXN, pid, epoch, True, bump_epoch=False,
                          now_ms=T0 + TIMEOUT + 3).error == ErrorCode.producer_fenced
     assert coord.end_txn(TXN, pid, epoch, True, bump_epoch=True,
-                         now_ms=T0 + TIMEOUT + 3).error == ErrorCode.producer_fenced
+                         now_ms=T0 + TIMEOUT + 3).error == ErrorCode.invalid_txn_state
     assert coord.add_partitions(TXN, pid, epoch, [P0], now_ms=T0 + TIMEOUT + 3) == {
         P0: ErrorCode.producer_fenced}
     assert coord.markers_written(TXN, T0 + TIMEOUT + 4) == (pid, epoch + 1)
     assert state(coord) is TxnState.COMPLETE_ABORT
-    # A version-2 client's late retry does not pass for a retry after the coordinator's abort.
-    assert coord.end_txn(TXN, pid, epoch, False, bump_epoch=True,
+    # A version-2 client's abort after the coordinator's is answered as its retry, with the
+    # bumped epoch, as Kafka 4.4 answers (KIP-890: the producer goes on with it); a commit is not.
+    r = coord.end_txn(TXN, pid, epoch, False, bump_epoch=True, now_ms=T0 + TIMEOUT + 5)
+    assert (r.error, r.producer_id, r.producer_epoch) == (ErrorCode.none, pid, epoch + 1)
+    assert coord.end_txn(TXN, pid, epoch, True, bump_epoch=True,
+                         now_ms=T0 + TIMEOUT + 5).error == ErrorCode.invalid_txn_state
+    assert coord.end_txn(TXN, pid, epoch, False, bump_epoch=False,
                          now_ms=T0 + TIMEOUT + 5).error == ErrorCode.producer_fenced
     assert init(coord, now=T0 + TIMEOUT + 6) == (pid, epoch + 2)
 

@@ -62,6 +62,10 @@ from exactly.protocol.records import HEADER_SIZE
 
 log = logging.getLogger("exactly.client")
 T = TypeVar("T")
+# After a Metadata request that may auto-create a topic answers it unknown: how long to keep
+# asking (the creation may take a moment in Kafka), and how often.
+AUTO_CREATE_WAIT_S = 2.0
+AUTO_CREATE_RETRY_S = 0.05
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
 
 __all__ = ["AsyncProducer", "FutureRecordMetadata", "Producer", "RecordMetadata"]
@@ -284,11 +288,19 @@ class AsyncProducer:
     async def _load_topic(self, topic: str) -> int:
         """The partition count of `topic`, from metadata (waiting for leaders of a new topic)."""
         deadline = time.monotonic() + self.config["request.timeout.ms"] / 1000
+        # A broker that auto-creates the topic answers the request that creates it with
+        # UNKNOWN_TOPIC_OR_PARTITION (Kafka 4 in KRaft mode, and Exactly as it): it exists on
+        # the next ask. Still unknown after this long, the broker did not create it.
+        unknown_until = time.monotonic() + AUTO_CREATE_WAIT_S
         while True:
             try:
                 async with self._bootstrap_lock:
                     md = await self._cluster.topic(topic, allow_auto_create=True)
             except KafkaError as exc:
+                if (exc.code == ErrorCode.unknown_topic_or_partition
+                        and time.monotonic() < min(unknown_until, deadline)):
+                    await asyncio.sleep(AUTO_CREATE_RETRY_S)
+                    continue
                 if exc.code == ErrorCode.unknown_topic_or_partition:
                     raise KafkaError(f"topic {topic!r} does not exist and the broker did not "
                                      "create it (auto.create.topics.enable is off): create it "

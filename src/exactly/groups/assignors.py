@@ -83,13 +83,15 @@ def uniform_assignor(subscriptions: Subscriptions, topics: TopicPartitionCounts,
 
 def _balance(owned: dict[str, set[tuple[uuid.UUID, int]]],
              subscribers: Mapping[uuid.UUID, list[str]]) -> None:
-    """Move a partition from a member to an eligible one holding at least two fewer, until no
-    such move is left. Each move lowers the sum of squared loads, so this ends."""
+    """Move a partition (its highest first) from a member to an eligible one holding at least
+    two fewer, until no such move is left. Each move lowers the sum of squared loads, so this ends."""
     moved = True
     while moved:
         moved = False
         for member_id in sorted(owned, key=lambda m: (-len(owned[m]), m)):
-            for tp in sorted(owned[member_id], key=lambda x: (str(x[0]), x[1])):
+            # The highest partitions go first, as Kafka's UniformAssignor keeps each member's
+            # lowest partitions up to its quota and hands out the rest.
+            for tp in sorted(owned[member_id], key=lambda x: (str(x[0]), x[1]), reverse=True):
                 target = min(subscribers[tp[0]], key=lambda m: (len(owned[m]), m))
                 if len(owned[target]) + 2 <= len(owned[member_id]):
                     owned[member_id].discard(tp)

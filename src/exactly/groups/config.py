@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exactly.configdef import MINUTE_MS, ConfigError, Key, int_range, one_of, split_list
+from exactly.configdef import (
+    MINUTE_MS,
+    ConfigError,
+    Key,
+    int_range,
+    long_range,
+    one_of,
+    split_list,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +36,11 @@ class GroupConfig:
     # KIP-848 consumer groups (Kafka's group.consumer.* keys).
     consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
     consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    # The bounds of the group configs consumer.session.timeout.ms / .heartbeat.interval.ms.
+    consumer_min_session_timeout_ms: int = 45_000  # group.consumer.min.session.timeout.ms
+    consumer_max_session_timeout_ms: int = 60_000  # group.consumer.max.session.timeout.ms
+    consumer_min_heartbeat_interval_ms: int = 5_000  # group.consumer.min.heartbeat.interval.ms
+    consumer_max_heartbeat_interval_ms: int = 15_000  # group.consumer.max.heartbeat.interval.ms
     consumer_max_size: int = 2**31 - 1  # group.consumer.max.size
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
     consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy
@@ -55,6 +68,22 @@ GROUP_KEYS: tuple[Key, ...] = (
         10080,
         int_range(1),
         "How long committed offsets of an empty group are kept.",
+    ),
+    Key(
+        "offsets.retention.check.interval.ms",
+        "LONG",
+        600000,
+        long_range(1),
+        "How often the expired offsets of empty groups are looked for.",
+    ),
+    Key(
+        "offsets.commit.timeout.ms",
+        "INT",
+        5000,
+        int_range(1),
+        "Accepted for compatibility with Kafka's config files; no effect: Kafka waits this long "
+        "for __consumer_offsets' replicas to acknowledge a commit, and here the one replica's "
+        "write is the commit.",
     ),
     Key(
         "group.initial.rebalance.delay.ms",
@@ -197,8 +226,13 @@ def group_config(values: Mapping[str, Any]) -> GroupConfig:
         offsets_topic_num_partitions=values["offsets.topic.num.partitions"],
         offsets_topic_segment_bytes=values["offsets.topic.segment.bytes"],
         offsets_retention_ms=values["offsets.retention.minutes"] * MINUTE_MS,
+        offsets_retention_check_interval_ms=values["offsets.retention.check.interval.ms"],
         consumer_session_timeout_ms=values["group.consumer.session.timeout.ms"],
         consumer_heartbeat_interval_ms=values["group.consumer.heartbeat.interval.ms"],
+        consumer_min_session_timeout_ms=values["group.consumer.min.session.timeout.ms"],
+        consumer_max_session_timeout_ms=values["group.consumer.max.session.timeout.ms"],
+        consumer_min_heartbeat_interval_ms=values["group.consumer.min.heartbeat.interval.ms"],
+        consumer_max_heartbeat_interval_ms=values["group.consumer.max.heartbeat.interval.ms"],
         consumer_max_size=values["group.consumer.max.size"],
         consumer_assignors=values["group.consumer.assignors"],
         consumer_migration_policy=values["group.consumer.migration.policy"],

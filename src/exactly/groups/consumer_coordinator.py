@@ -35,8 +35,12 @@ their rebalance timeout; a fenced member is removed and the group epoch goes up.
 
 Differences from Kafka: a regex (SubscribedTopicRegex) is Python's `re` matched against the whole
 topic name, not RE2/J: it is close (RE2 lacks backreferences and lookaround, which Python has;
-`\\Q...\\E` and `\\p{...}` classes are RE2's and not Python's). The target assignment is computed in
-the heartbeat that needs it, not batched or offloaded.
+`\\Q...\\E` and `\\p{...}` classes are RE2's and not Python's). A new regex is resolved after the
+heartbeat that brings it, as Kafka resolves it in the background: that heartbeat's answer does
+not count its topics, the next one does. The target assignment is computed in the heartbeat that
+needs it, not batched or offloaded (KIP-1263's group.consumer.assignment.interval.ms is not
+honoured). A group's consumer.session.timeout.ms and consumer.heartbeat.interval.ms (KIP-848's
+group configs) override the broker's group.consumer.* values.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import hashlib
 import logging
 import re
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -131,10 +136,53 @@ class _Refused(Exception):
         self.error, self.message = error, message
 
 
+# KIP-848's group configs (IncrementalAlterConfigs on a GROUP resource) -> the GroupConfig
+# fields of their bounds (group.consumer.min/max.session.timeout.ms, .heartbeat.interval.ms).
+CONSUMER_GROUP_CONFIGS: dict[str, str] = {
+    "consumer.session.timeout.ms": "session_timeout_ms",
+    "consumer.heartbeat.interval.ms": "heartbeat_interval_ms",
+}
+
+
+def validate_consumer_group_config(config: GroupConfig, name: str, text: str) -> int:
+    """The value of a consumer group config, or ValueError saying what is allowed."""
+    field_name = CONSUMER_GROUP_CONFIGS[name]
+    lo = getattr(config, f"consumer_min_{field_name}")
+    hi = getattr(config, f"consumer_max_{field_name}")
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {text!r}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value} is outside the broker's bounds {lo}..{hi} "
+                         f"(group.consumer.min/max.{name.removeprefix('consumer.')})")
+    return value
+
+
 class ConsumerGroupCoordinator:
     def __init__(self, group_manager: GroupMetadataManager, config: GroupConfig) -> None:
         self.group_manager = group_manager
         self.config = config
+        # A group's config overrides (consumer.session.timeout.ms, ...): the broker wires this
+        # to where group configs are kept (the share coordinator's config store).
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
+
+    def _setting(self, group_id: str, name: str, default: int) -> int:
+        text = self.group_configs(group_id).get(name)
+        if text is None:
+            return default
+        try:
+            return validate_consumer_group_config(self.config, name, text)
+        except ValueError:  # stored before the bounds changed: the broker's value applies
+            return default
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self._setting(group_id, "consumer.session.timeout.ms",
+                             self.config.consumer_session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._setting(group_id, "consumer.heartbeat.interval.ms",
+                             self.config.consumer_heartbeat_interval_ms)
 
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
 
@@ -203,7 +251,7 @@ class ConsumerGroupCoordinator:
         updated = self.update_member(group, before, _with_request(before, request),
                                      is_new=is_new, replaced=replaced, owned=request.owned,
                                      records=records, now_ms=now_ms)
-        updated.session_deadline = now_ms + self.config.consumer_session_timeout_ms
+        updated.session_deadline = now_ms + self.session_timeout_ms(group.group_id)
         full = request.member_epoch == 0 or (
             request.rebalance_timeout_ms != -1 and request.owned is not None
             and (request.subscribed_topic_names is not None
@@ -211,7 +259,7 @@ class ConsumerGroupCoordinator:
         changed = updated.assigned != before.assigned or is_new
         return group, HeartbeatResult(
             ErrorCode.none, None, updated.member_id, updated.member_epoch,
-            self.config.consumer_heartbeat_interval_ms,
+            self.heartbeat_interval_ms(group.group_id),
             dict(updated.assigned) if full or changed else None)
 
     def update_member(self, group: Group, before: ConsumerMember, member: ConsumerMember, *,
@@ -222,14 +270,24 @@ class ConsumerGroupCoordinator:
         and move the member one step towards its target. Returns the member as it is now."""
         cg = group.consumer
         assert cg is not None
-        # A static member's new incarnation takes its place without a rebalance.
-        bump = (is_new and not replaced) or member.subscription() != before.subscription()
+        # As Kafka 4.4: a new group moves to epoch 1 at once; the epoch goes up again when the
+        # member's topic names change, or its regex once the group has resolved it (a new
+        # regex counts from the next heartbeat), or the subscribed topics' metadata changes. A
+        # member joining with nothing to subscribe to yet (an unresolved regex) bumps nothing;
+        # a static member's new incarnation (same subscription) takes its place without a
+        # rebalance.
+        created = cg.group_epoch == 0 and not cg.members
+        regex = member.subscribed_topic_regex
+        bump = (sorted(member.subscribed_topic_names) != sorted(before.subscribed_topic_names)
+                or (regex != before.subscribed_topic_regex
+                    and (regex is None or regex in cg.resolved_regexes)))
         if is_new or _metadata(member) != _metadata(before):
             records.append(_member_record(group.group_id, member))
         cg.put_member(member)
         metadata_hash = self._metadata_hash(cg)
-        if bump or metadata_hash != cg.metadata_hash:
-            cg.group_epoch += 1
+        steps = int(created) + int(bump or metadata_hash != cg.metadata_hash)
+        if steps:
+            cg.group_epoch += steps
             cg.metadata_hash = metadata_hash
             records.append(_group_record(group.group_id, cg))
             log.info("consumer group %s: epoch %d (%s)", group.group_id, cg.group_epoch,
@@ -247,6 +305,8 @@ class ConsumerGroupCoordinator:
             records.append(_current_record(group.group_id, updated))
         cg.put_member(updated)
         self._set_state(group, now_ms)
+        if member.subscribed_topic_regex:  # resolved "in the background": the next heartbeat
+            cg.resolved_regexes.add(member.subscribed_topic_regex)  # sees its topics
         return updated
 
     def _group(self, group_id: str, *, create: bool, records: list[Record],
@@ -396,9 +456,9 @@ class ConsumerGroupCoordinator:
                      member.member_id, group.group_id)
         else:
             self.remove_member(group, member, records, now_ms, "left the group")
+        # Kafka answers a leave with no heartbeat interval: there is no next heartbeat.
         return group, HeartbeatResult(ErrorCode.none, None, request.member_id,
-                                      request.member_epoch,
-                                      self.config.consumer_heartbeat_interval_ms)
+                                      request.member_epoch, 0)
 
     # -- the group's epoch, target assignment and members -------------------------------------
 
@@ -409,6 +469,10 @@ class ConsumerGroupCoordinator:
         self._forget_member(group.group_id, cg, member, records)
         cg.group_epoch += 1
         records.append(_group_record(group.group_id, cg))
+        if not cg.members:  # as Kafka: an empty group's (empty) target is at the new epoch
+            cg.assignment_epoch = cg.group_epoch
+            records.append(Record(encode_key(ConsumerKey(TARGET_METADATA, group.group_id)),
+                                  encode_target_metadata(cg.assignment_epoch)))
         self._set_state(group, now_ms)
         log.info("member %s of consumer group %s %s: epoch %d", member.member_id,
                  group.group_id, why, cg.group_epoch)
@@ -421,10 +485,10 @@ class ConsumerGroupCoordinator:
         records += member_tombstones(group_id, member.member_id)
 
     def _assign(self, group_id: str, cg: ConsumerGroup, records: list[Record]) -> None:
-        subscriptions = {m.member_id: frozenset(t.topic_id for t in self._topics_of(m))
+        subscriptions = {m.member_id: frozenset(t.topic_id for t in self._topics_of(m, cg))
                          for m in cg.members.values()}
         counts = {t.topic_id: t.num_partitions
-                  for m in cg.members.values() for t in self._topics_of(m)}
+                  for m in cg.members.values() for t in self._topics_of(m, cg)}
         name = cg.preferred_assignor(self.config.consumer_assignors[0])
         target = ASSIGNORS[name](subscriptions, counts, cg.target)
         for member_id, assignment in target.items():
@@ -435,15 +499,18 @@ class ConsumerGroupCoordinator:
         records.append(Record(encode_key(ConsumerKey(TARGET_METADATA, group_id)),
                               encode_target_metadata(cg.assignment_epoch)))
 
-    def _topics_of(self, member: ConsumerMember) -> list[TopicInfo]:
-        """The existing topics a member subscribes to, by name or by regex (not internal ones)."""
+    def _topics_of(self, member: ConsumerMember,
+                   cg: ConsumerGroup | None = None) -> list[TopicInfo]:
+        """The existing topics a member subscribes to, by name or by regex (not internal ones);
+        with `cg`, by a regex only once the group resolved it (`resolved_regexes`)."""
         logs = self.group_manager.store.logs
         found = {}
         for name in member.subscribed_topic_names:
             info = logs.topic(name)
             if info is not None:
                 found[name] = info
-        if member.subscribed_topic_regex:
+        regex = member.subscribed_topic_regex
+        if regex and (cg is None or regex in cg.resolved_regexes):
             pattern = _compile(member.subscribed_topic_regex)
             for info in logs.topics():
                 if not info.internal and pattern.fullmatch(info.name):
@@ -453,7 +520,9 @@ class ConsumerGroupCoordinator:
     def _metadata_hash(self, cg: ConsumerGroup) -> int:
         """A stable hash of the subscribed topics' ids and partition counts (KIP-1101's idea):
         it changes when a subscribed topic appears, goes or gains partitions."""
-        topics = {t.name: t for m in cg.members.values() for t in self._topics_of(m)}
+        topics = {t.name: t for m in cg.members.values() for t in self._topics_of(m, cg)}
+        if not topics:
+            return 0  # as Kafka's group hash of no topics: a new group's starting value
         digest = hashlib.blake2b(digest_size=8)
         for name in sorted(topics):
             digest.update(f"{name}\0{topics[name].topic_id}\0{topics[name].num_partitions}\0"

@@ -95,6 +95,10 @@ class ConsumerGroup:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     # (topic id, partition) -> the member it is assigned to or pending revocation from.
     owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
+    # The subscription regexes resolved to topics. Kafka resolves a new regex asynchronously
+    # (KIP-848): the heartbeat that brings it is answered before its topics count, the next
+    # one sees them. Not kept in the log: after a restart every regex counts at once.
+    resolved_regexes: set[str] = field(default_factory=set)
 
     def state_name(self) -> str:
         if not self.members:

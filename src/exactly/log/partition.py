@@ -66,7 +66,7 @@ class AppendResult(NamedTuple):
 
     base_offset: int
     last_offset: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_append_time: int  # -1 unless the topic uses LogAppendTime or this is a duplicate
     log_start_offset: int
     duplicate: bool = False
 
@@ -298,8 +298,9 @@ class PartitionLog:
                                      base, last, ts,
                                      is_transactional=bool(h.attributes & ATTR_TRANSACTIONAL))
                     if dup is not None:
-                        return AppendResult(dup.first_offset, dup.last_offset,
-                                            dup.timestamp if append_time >= 0 else -1,
+                        # As Kafka: a duplicate is answered with its original's offsets and
+                        # time (its max timestamp, or its log append time).
+                        return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp,
                                             self.log_start_offset, duplicate=True)
             plan.append((h, base))
             next_offset = last + 1

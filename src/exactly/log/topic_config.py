@@ -71,8 +71,10 @@ def _one_of(*choices: str, ignore_case: bool = False) -> Parser:
     return parse
 
 
-def _list_of(*choices: str) -> Parser:
+def _list_of(*choices: str, allow_empty: bool = False) -> Parser:
     def parse(raw: str) -> str:
+        if allow_empty and not raw.strip():
+            return ""
         items = [item.strip().lower() for item in raw.split(",") if item.strip()]
         bad = [item for item in items if item not in choices]
         if bad or not items:
@@ -99,8 +101,13 @@ class ConfigKey:
         return self.parse is _any_list or getattr(self.parse, "is_list", False)
 
 
+# Kafka 4.0 removed message.downconversion.enable (KIP-724) and
+# message.timestamp.difference.max.ms (KIP-937): refused as unknown, as Kafka 4.4 refuses them.
 _KEYS = [
-    ConfigKey("cleanup.policy", _list_of("delete", "compact"), "delete", "cleanup_policy"),
+    # As Kafka 4.4: an empty policy is allowed (neither retention nor compaction runs); a list
+    # with empty items is not.
+    ConfigKey("cleanup.policy", _list_of("delete", "compact", allow_empty=True), "delete",
+              "cleanup_policy"),
     ConfigKey("compression.type",
               _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer"),
     ConfigKey("delete.retention.ms", _integer(0, _LONG_MAX), "86400000", "delete_retention_ms"),
@@ -113,10 +120,8 @@ _KEYS = [
     ConfigKey("max.compaction.lag.ms", _integer(1, _LONG_MAX), str(_LONG_MAX),
               "max_compaction_lag_ms"),
     ConfigKey("max.message.bytes", _integer(0, _INT_MAX), "1048588", "max_message_bytes"),
-    ConfigKey("message.downconversion.enable", _boolean, "true"),
     ConfigKey("message.timestamp.after.max.ms", _integer(0, _LONG_MAX), str(_LONG_MAX)),
     ConfigKey("message.timestamp.before.max.ms", _integer(0, _LONG_MAX), str(_LONG_MAX)),
-    ConfigKey("message.timestamp.difference.max.ms", _integer(0, _LONG_MAX), str(_LONG_MAX)),
     ConfigKey("message.timestamp.type", _one_of("CreateTime", "LogAppendTime", ignore_case=True),
               "CreateTime", "message_timestamp_type"),
     ConfigKey("min.cleanable.dirty.ratio", _double(0.0, 1.0), "0.5", "min_cleanable_dirty_ratio"),

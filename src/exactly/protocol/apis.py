@@ -44,12 +44,15 @@ class ApiKey:
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33  # the legacy, non-incremental one
+    ALTER_REPLICA_LOG_DIRS = 34  # KIP-113
     DESCRIBE_LOG_DIRS = 35  # KIP-113
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43  # KIP-460
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45  # KIP-455
+    LIST_PARTITION_REASSIGNMENTS = 46  # KIP-455
     OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -60,6 +63,8 @@ class ApiKey:
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848
     CONSUMER_GROUP_DESCRIBE = 69  # KIP-848
+    LIST_CONFIG_RESOURCES = 74  # KIP-1142
+    DESCRIBE_TOPIC_PARTITIONS = 75  # KIP-966
     SHARE_GROUP_HEARTBEAT = 76  # KIP-932
     SHARE_GROUP_DESCRIBE = 77  # KIP-932
     SHARE_FETCH = 78  # KIP-932
@@ -75,8 +80,8 @@ class ApiKey:
 SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 13),
     ApiKey.FETCH: (4, 18),
-    ApiKey.LIST_OFFSETS: (1, 10),
-    ApiKey.METADATA: (0, 12),
+    ApiKey.LIST_OFFSETS: (1, 11),  # v11: KIP-1023's earliest pending upload (-6)
+    ApiKey.METADATA: (0, 13),  # v13: a top-level error code (KIP-1102)
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.FIND_COORDINATOR: (0, 6),
@@ -87,7 +92,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.SASL_HANDSHAKE: (0, 1),
-    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.API_VERSIONS: (0, 5),  # v5: KIP-1242 (drafts/api_versions_v5.py until kio has it)
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
@@ -96,28 +101,33 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 5),
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 6),  # v6: KIP-1319's topic ids (drafts/txn_offset_commit_v6.py)
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # as Kafka 4.0 (no v0); v5 is KIP-1066 cordoning
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),  # KIP-113, as Kafka 4.0 (no v0)
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 5),  # no v0, as Kafka; v5: KIP-1066's IsCordoned (never)
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # KIP-455; v1: KIP-860
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # KIP-455
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.DESCRIBE_QUORUM: (0, 2),
-    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),  # v2: KIP-1073's fenced brokers (one, never fenced)
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.LIST_CONFIG_RESOURCES: (0, 1),  # KIP-1142
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),  # KIP-966
     ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),
     ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
     ApiKey.SHARE_FETCH: (1, 1),  # librdkafka 2.16 sends v1; v2 (KIP-1222's renew) not yet
@@ -128,6 +138,17 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.TXN_HEARTBEAT: (0, 0),
     ApiKey.TXN_SHARE_ACKNOWLEDGE: (0, 0),  # KIP-1289, a draft
 }
+
+
+# Advertised lower than served: Kafka 4.x advertises Produce from v0 (KAFKA-18659: librdkafka
+# looks for v0 to pick its message format) and closes the connection on a v0-v2 request, as
+# here: a version below SUPPORTED's is answered as any unsupported one.
+ADVERTISED_MIN: dict[int, int] = {ApiKey.PRODUCE: 0}
+
+
+def advertised() -> dict[int, tuple[int, int]]:
+    """The ApiVersions table: SUPPORTED, with ADVERTISED_MIN's lower bounds."""
+    return {key: (ADVERTISED_MIN.get(key, lo), hi) for key, (lo, hi) in SUPPORTED.items()}
 
 
 def api_name(api_key: int) -> str:

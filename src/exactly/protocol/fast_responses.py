@@ -28,8 +28,8 @@ _PRODUCED = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append
 _NO_UUID = bytes(16)
 
 # Produce: (partition index, error code, base offset, log start offset, error message, record
-# errors: (index of the record in its batch, message))
-ProducedPartition = tuple[int, int, int, int, str | None, Sequence[tuple[int, str | None]]]
+# errors: (index of the record in its batch, message), log append time (-1: none))
+ProducedPartition = tuple[int, int, int, int, str | None, Sequence[tuple[int, str | None]], int]
 
 
 def end_txn(version: int, error_code: int, producer_id: int = -1,
@@ -66,7 +66,7 @@ def add_partitions_to_txn(version: int,
 
 def produce(version: int,
             topics: Sequence[tuple[str, uuid.UUID | None, Sequence[ProducedPartition]]]) -> bytes:
-    """Produce v3-13 (throttle time 0, no log append time): per topic, its name (or, v13, its
+    """Produce v3-13 (throttle time 0): per topic, its name (or, v13, its
     id) and its partitions, with their record errors from v8 on."""
     if not 3 <= version <= 13:
         raise ValueError(f"Produce v{version} is not encoded here")
@@ -79,8 +79,9 @@ def produce(version: int,
         else:
             write_string(out, name, flexible)
         write_array_length(out, len(partitions), flexible)
-        for index, error, base_offset, log_start_offset, message, record_errors in partitions:
-            out += _PRODUCED.pack(index, error, base_offset, -1)
+        for (index, error, base_offset, log_start_offset, message, record_errors,
+             log_append_time) in partitions:
+            out += _PRODUCED.pack(index, error, base_offset, log_append_time)
             if version >= 5:
                 out += struct.pack(">q", log_start_offset)
             if version >= 8:

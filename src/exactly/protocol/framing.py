@@ -15,7 +15,9 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
+from exactly.protocol import array_guard
 from exactly.protocol.apis import ApiKey, request_class, response_class
+from exactly.protocol.array_guard import ArrayTooLong
 from exactly.protocol.fast_requests import Encoded
 from exactly.protocol.primitives import read_uvarint
 
@@ -115,6 +117,12 @@ def decode_request(frame: bytes | memoryview,
         fixed = peek_header(frame)
     api_key, api_version, _ = fixed
     header, pos = parse_header(frame, is_flexible(api_key, api_version), fixed)
+    try:
+        # Before kio: its reader reserves an array's room from the claimed length, and a
+        # huge claim aborts the process (array_guard.py).
+        array_guard.check(request_class(api_key, api_version), frame, pos)
+    except ArrayTooLong as exc:
+        raise MalformedRequest(f"cannot decode {api_key=} v{api_version} body: {exc}") from exc
     try:
         request, _size = _reader(api_key, api_version)(frame, pos)
     except Exception as exc:  # kio raises several types for short or inconsistent input

@@ -76,6 +76,18 @@ if TYPE_CHECKING:
     from kio.schema.alter_configs.v0.request import AlterConfigsRequest as AlterConfigsRequestV0
     from kio.schema.alter_configs.v1.request import AlterConfigsRequest as AlterConfigsRequestV1
     from kio.schema.alter_configs.v2.request import AlterConfigsRequest as AlterConfigsRequestV2
+    from kio.schema.alter_partition_reassignments.v0.request import (
+        AlterPartitionReassignmentsRequest as AlterPartitionReassignmentsRequestV0,
+    )
+    from kio.schema.alter_partition_reassignments.v1.request import (
+        AlterPartitionReassignmentsRequest as AlterPartitionReassignmentsRequestV1,
+    )
+    from kio.schema.alter_replica_log_dirs.v1.request import (
+        AlterReplicaLogDirsRequest as AlterReplicaLogDirsRequestV1,
+    )
+    from kio.schema.alter_replica_log_dirs.v2.request import (
+        AlterReplicaLogDirsRequest as AlterReplicaLogDirsRequestV2,
+    )
     from kio.schema.alter_share_group_offsets.v0.request import (
         AlterShareGroupOffsetsRequest as AlterShareGroupOffsetsRequestV0,
     )
@@ -147,6 +159,9 @@ if TYPE_CHECKING:
     from kio.schema.describe_cluster.v1.request import (
         DescribeClusterRequest as DescribeClusterRequestV1,
     )
+    from kio.schema.describe_cluster.v2.request import (
+        DescribeClusterRequest as DescribeClusterRequestV2,
+    )
     from kio.schema.describe_configs.v1.request import (
         DescribeConfigsRequest as DescribeConfigsRequestV1,
     )
@@ -189,6 +204,9 @@ if TYPE_CHECKING:
     from kio.schema.describe_log_dirs.v4.request import (
         DescribeLogDirsRequest as DescribeLogDirsRequestV4,
     )
+    from kio.schema.describe_log_dirs.v5.request import (
+        DescribeLogDirsRequest as DescribeLogDirsRequestV5,
+    )
     from kio.schema.describe_producers.v0.request import (
         DescribeProducersRequest as DescribeProducersRequestV0,
     )
@@ -206,6 +224,9 @@ if TYPE_CHECKING:
     )
     from kio.schema.describe_share_group_offsets.v1.request import (
         DescribeShareGroupOffsetsRequest as DescribeShareGroupOffsetsRequestV1,
+    )
+    from kio.schema.describe_topic_partitions.v0.request import (
+        DescribeTopicPartitionsRequest as DescribeTopicPartitionsRequestV0,
     )
     from kio.schema.describe_transactions.v0.request import (
         DescribeTransactionsRequest as DescribeTransactionsRequestV0,
@@ -306,6 +327,12 @@ if TYPE_CHECKING:
     from kio.schema.leave_group.v3.request import LeaveGroupRequest as LeaveGroupRequestV3
     from kio.schema.leave_group.v4.request import LeaveGroupRequest as LeaveGroupRequestV4
     from kio.schema.leave_group.v5.request import LeaveGroupRequest as LeaveGroupRequestV5
+    from kio.schema.list_config_resources.v0.request import (
+        ListConfigResourcesRequest as ListConfigResourcesRequestV0,
+    )
+    from kio.schema.list_config_resources.v1.request import (
+        ListConfigResourcesRequest as ListConfigResourcesRequestV1,
+    )
     from kio.schema.list_groups.v0.request import ListGroupsRequest as ListGroupsRequestV0
     from kio.schema.list_groups.v1.request import ListGroupsRequest as ListGroupsRequestV1
     from kio.schema.list_groups.v2.request import ListGroupsRequest as ListGroupsRequestV2
@@ -322,6 +349,10 @@ if TYPE_CHECKING:
     from kio.schema.list_offsets.v8.request import ListOffsetsRequest as ListOffsetsRequestV8
     from kio.schema.list_offsets.v9.request import ListOffsetsRequest as ListOffsetsRequestV9
     from kio.schema.list_offsets.v10.request import ListOffsetsRequest as ListOffsetsRequestV10
+    from kio.schema.list_offsets.v11.request import ListOffsetsRequest as ListOffsetsRequestV11
+    from kio.schema.list_partition_reassignments.v0.request import (
+        ListPartitionReassignmentsRequest as ListPartitionReassignmentsRequestV0,
+    )
     from kio.schema.list_transactions.v0.request import (
         ListTransactionsRequest as ListTransactionsRequestV0,
     )
@@ -344,6 +375,7 @@ if TYPE_CHECKING:
     from kio.schema.metadata.v10.request import MetadataRequest as MetadataRequestV10
     from kio.schema.metadata.v11.request import MetadataRequest as MetadataRequestV11
     from kio.schema.metadata.v12.request import MetadataRequest as MetadataRequestV12
+    from kio.schema.metadata.v13.request import MetadataRequest as MetadataRequestV13
     from kio.schema.offset_commit.v2.request import OffsetCommitRequest as OffsetCommitRequestV2
     from kio.schema.offset_commit.v3.request import OffsetCommitRequest as OffsetCommitRequestV3
     from kio.schema.offset_commit.v4.request import OffsetCommitRequest as OffsetCommitRequestV4
@@ -425,10 +457,14 @@ if TYPE_CHECKING:
         WriteTxnMarkersRequest as WriteTxnMarkersRequestV2,
     )
 
+    from exactly.protocol.drafts.api_versions_v5 import ApiVersionsRequest as ApiVersionsRequestV5
     from exactly.protocol.drafts.init_producer_id import (
         InitProducerIdRequest as InitProducerIdRequestV7,
     )
     from exactly.protocol.drafts.txn_heartbeat import TxnHeartbeatRequest as TxnHeartbeatRequestV0
+    from exactly.protocol.drafts.txn_offset_commit_v6 import (
+        TxnOffsetCommitRequest as TxnOffsetCommitRequestV6,
+    )
     from exactly.protocol.drafts.txn_share_acknowledge import (
         TxnShareAcknowledgeRequest as TxnShareAcknowledgeRequestV0,
     )
@@ -446,13 +482,13 @@ if TYPE_CHECKING:
     ListOffsetsRequest: TypeAlias = (
         ListOffsetsRequestV1 | ListOffsetsRequestV2 | ListOffsetsRequestV3 | ListOffsetsRequestV4
         | ListOffsetsRequestV5 | ListOffsetsRequestV6 | ListOffsetsRequestV7 | ListOffsetsRequestV8
-        | ListOffsetsRequestV9 | ListOffsetsRequestV10
+        | ListOffsetsRequestV9 | ListOffsetsRequestV10 | ListOffsetsRequestV11
     )
     MetadataRequest: TypeAlias = (
         MetadataRequestV0 | MetadataRequestV1 | MetadataRequestV2 | MetadataRequestV3
         | MetadataRequestV4 | MetadataRequestV5 | MetadataRequestV6 | MetadataRequestV7
         | MetadataRequestV8 | MetadataRequestV9 | MetadataRequestV10 | MetadataRequestV11
-        | MetadataRequestV12
+        | MetadataRequestV12 | MetadataRequestV13
     )
     OffsetCommitRequest: TypeAlias = (
         OffsetCommitRequestV2 | OffsetCommitRequestV3 | OffsetCommitRequestV4
@@ -504,7 +540,7 @@ if TYPE_CHECKING:
     SaslHandshakeRequest: TypeAlias = SaslHandshakeRequestV0 | SaslHandshakeRequestV1
     ApiVersionsRequest: TypeAlias = (
         ApiVersionsRequestV0 | ApiVersionsRequestV1 | ApiVersionsRequestV2 | ApiVersionsRequestV3
-        | ApiVersionsRequestV4
+        | ApiVersionsRequestV4 | ApiVersionsRequestV5
     )
     CreateTopicsRequest: TypeAlias = (
         CreateTopicsRequestV2 | CreateTopicsRequestV3 | CreateTopicsRequestV4
@@ -544,6 +580,7 @@ if TYPE_CHECKING:
     TxnOffsetCommitRequest: TypeAlias = (
         TxnOffsetCommitRequestV0 | TxnOffsetCommitRequestV1 | TxnOffsetCommitRequestV2
         | TxnOffsetCommitRequestV3 | TxnOffsetCommitRequestV4 | TxnOffsetCommitRequestV5
+        | TxnOffsetCommitRequestV6
     )
     DescribeAclsRequest: TypeAlias = (
         DescribeAclsRequestV1 | DescribeAclsRequestV2 | DescribeAclsRequestV3
@@ -557,9 +594,12 @@ if TYPE_CHECKING:
     AlterConfigsRequest: TypeAlias = (
         AlterConfigsRequestV0 | AlterConfigsRequestV1 | AlterConfigsRequestV2
     )
+    AlterReplicaLogDirsRequest: TypeAlias = (
+        AlterReplicaLogDirsRequestV1 | AlterReplicaLogDirsRequestV2
+    )
     DescribeLogDirsRequest: TypeAlias = (
         DescribeLogDirsRequestV1 | DescribeLogDirsRequestV2 | DescribeLogDirsRequestV3
-        | DescribeLogDirsRequestV4
+        | DescribeLogDirsRequestV4 | DescribeLogDirsRequestV5
     )
     SaslAuthenticateRequest: TypeAlias = (
         SaslAuthenticateRequestV0 | SaslAuthenticateRequestV1 | SaslAuthenticateRequestV2
@@ -577,13 +617,19 @@ if TYPE_CHECKING:
     IncrementalAlterConfigsRequest: TypeAlias = (
         IncrementalAlterConfigsRequestV0 | IncrementalAlterConfigsRequestV1
     )
+    AlterPartitionReassignmentsRequest: TypeAlias = (
+        AlterPartitionReassignmentsRequestV0 | AlterPartitionReassignmentsRequestV1
+    )
+    ListPartitionReassignmentsRequest: TypeAlias = ListPartitionReassignmentsRequestV0
     OffsetDeleteRequest: TypeAlias = OffsetDeleteRequestV0
     DescribeUserScramCredentialsRequest: TypeAlias = DescribeUserScramCredentialsRequestV0
     AlterUserScramCredentialsRequest: TypeAlias = AlterUserScramCredentialsRequestV0
     DescribeQuorumRequest: TypeAlias = (
         DescribeQuorumRequestV0 | DescribeQuorumRequestV1 | DescribeQuorumRequestV2
     )
-    DescribeClusterRequest: TypeAlias = DescribeClusterRequestV0 | DescribeClusterRequestV1
+    DescribeClusterRequest: TypeAlias = (
+        DescribeClusterRequestV0 | DescribeClusterRequestV1 | DescribeClusterRequestV2
+    )
     DescribeProducersRequest: TypeAlias = DescribeProducersRequestV0
     DescribeTransactionsRequest: TypeAlias = DescribeTransactionsRequestV0
     ListTransactionsRequest: TypeAlias = (
@@ -595,6 +641,10 @@ if TYPE_CHECKING:
     ConsumerGroupDescribeRequest: TypeAlias = (
         ConsumerGroupDescribeRequestV0 | ConsumerGroupDescribeRequestV1
     )
+    ListConfigResourcesRequest: TypeAlias = (
+        ListConfigResourcesRequestV0 | ListConfigResourcesRequestV1
+    )
+    DescribeTopicPartitionsRequest: TypeAlias = DescribeTopicPartitionsRequestV0
     ShareGroupHeartbeatRequest: TypeAlias = ShareGroupHeartbeatRequestV1
     ShareGroupDescribeRequest: TypeAlias = ShareGroupDescribeRequestV1
     ShareFetchRequest: TypeAlias = ShareFetchRequestV1

@@ -27,6 +27,7 @@ from exactly.server.config import ConfigError, load_or_create_meta
 from exactly.server.connection_limits import ConnectionLimits
 from exactly.server.data_dir import DataDirLock
 from exactly.server.dynamic_config import DynamicBrokerConfig, apply_to
+from exactly.server.handlers.api_versions import FIXED_FEATURES
 from exactly.server.log_cleaning import CleanerService
 from exactly.server.services import BrokerIdentity, Services, wall_clock_ms
 from exactly.server.startup import StartupError, data_dir_error, listen_error
@@ -63,6 +64,8 @@ class Broker:
             groups = GroupCoordinator(logs, config.group_config(), now_ms=clock())
             txn = TransactionCoordinator(logs, producer_ids, config.txn_config(), now_ms=clock())
             share = ShareCoordinator(logs, config.share_config(), now_ms=clock())
+            # KIP-848's group configs are kept with the share groups' in one config store.
+            groups.consumer.group_configs = lambda g: share.other_configs.get(g, {})
         except CorruptRecordError as exc:
             # A coordinator that skipped a damaged batch could bring back an older state of a
             # transaction or an offset: better not to start, and say where the damage is.
@@ -89,7 +92,8 @@ class Broker:
             credentials=ScramCredentialStore(self.log_dir),
             identity=BrokerIdentity(
                 node_id=config["node.id"], cluster_id=load_or_create_meta(config),
-                finalized_features={"transaction.version": transaction_version}),
+                finalized_features={"transaction.version": transaction_version,
+                                    **FIXED_FEATURES}),
             config=config,
             clock=clock,
             share=share,

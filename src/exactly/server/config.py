@@ -20,6 +20,7 @@ the README's table).
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import re
 import uuid
@@ -46,6 +47,7 @@ from exactly.log.files import write_atomically
 from exactly.server.acl.config import ACL_KEYS
 from exactly.server.auth.config import AUTH_KEYS, plain_users
 from exactly.server.connection_limits import parse_overrides
+from exactly.server.kafka_keys import default_only, ignored_reason, refused_reason
 from exactly.share.config import SHARE_KEYS, ShareConfig, check_share_keys, share_config
 from exactly.txn.config import TXN_KEYS, txn_config
 from exactly.txn.state import TxnConfig
@@ -54,7 +56,9 @@ from exactly.txn.state import TxnConfig
 CONFIG_SOURCE_STATIC_BROKER = 4
 CONFIG_SOURCE_DEFAULT = 5
 CONFIG_TYPE_IDS = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6,
-                   "LIST": 7}
+                   "LIST": 7, "CLASS": 8, "PASSWORD": 9}
+
+_log = logging.getLogger("exactly.config")
 
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -173,6 +177,9 @@ def parse_queued_bytes(text: str) -> int:
     return value
 
 
+CONTROLLER_LISTENER = "CONTROLLER"
+
+
 def parse_listeners(text: str) -> tuple[Listener, ...]:
     listeners: list[Listener] = []
     for part in text.split(","):
@@ -185,6 +192,12 @@ def parse_listeners(text: str) -> tuple[Listener, ...]:
                 f"{part!r} is not a listener; write NAME://HOST:PORT, e.g. PLAINTEXT://127.0.0.1:9092"
             )
         name = m["name"].upper()
+        if name == CONTROLLER_LISTENER:
+            # Kafka's KRaft controller listener (controller.listener.names' default name): there
+            # is no controller here, so a file copied from Kafka loads without it.
+            _log.warning("ignoring the listener %s: Exactly is one node without a KRaft "
+                         "controller", part)
+            continue
         if name not in SECURITY_PROTOCOLS:
             raise ValueError(
                 f"listener name {m['name']!r} is not supported; use PLAINTEXT, SSL, "
@@ -586,6 +599,16 @@ def _canonical(source: Mapping[str, tuple[str, str]]) -> dict[str, tuple[str, st
             canonical = name
         elif name in ALIASES:
             canonical = ALIASES[name]
+        elif (refused := refused_reason(name)) is not None:
+            raise ConfigError(f"{name} ({where}) is a Kafka setting Exactly does not take: "
+                              f"{refused}")
+        elif (not_default := default_only(name, value)) is not None:
+            raise ConfigError(f"{name}={value.strip()!r} ({where}): {not_default}")
+        elif (ignored := ignored_reason(name)) is not None:
+            # Kafka's key, with nothing to act on here (server/kafka_keys.py): a file copied from
+            # Kafka loads, and the log says what was left out.
+            _log.warning("ignoring %s=%s (%s): %s", name, value.strip(), where, ignored)
+            continue
         else:
             raise ConfigError(f"unknown config key {name!r} ({where}): {_known_keys_hint(name)}")
         previous = out.get(canonical)

@@ -12,14 +12,14 @@ segment size and age, index interval, message.max.bytes, the compaction settings
 cleaner's pace (log.cleaner.backoff.ms, log.cleaner.io.max.bytes.per.second), and the connection
 limits (max.connections, max.connections.per.ip, max.connections.per.ip.overrides; connections
 already open stay). Any other key is refused with INVALID_REQUEST, "Cannot update these configs
-dynamically", as Kafka's broker refuses its read-only keys.
+dynamically", as Kafka's broker refuses its read-only keys. A key that is no config of this
+broker at all is taken and ignored (logged), as Kafka takes it as a custom config.
 
 Kept in `<data dir>/dynamic-broker-configs.json` (replaced atomically, fsynced) before the change
 is applied or answered; read on start. Kafka keeps them in its metadata log instead.
 
-One difference from Kafka: synonyms (log.retention.ms / .minutes / .hours) are resolved after the
-scopes are merged, so a static log.retention.ms still wins over a dynamic log.retention.hours;
-set the key of the same name to override it.
+As in Kafka, log.retention.minutes/.hours and log.roll.hours are static: a dynamic
+log.retention.ms or log.roll.ms overrides whatever they say.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from exactly.log.files import write_atomically
 from exactly.protocol.errors import ErrorCode
 from exactly.server.config import KEYS, BrokerConfig, ConfigError
 from exactly.server.connection_limits import ConnectionLimits
+from exactly.server.kafka_keys import ignored_reason
 
 if TYPE_CHECKING:
     from exactly.log import LogManager
@@ -46,8 +47,9 @@ _VERSION = 1
 BROKER, DEFAULT = "broker", "default"  # this broker's scope, the cluster-wide default scope
 
 LOG_DEFAULT_KEYS = frozenset({
-    "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.retention.ms",
-    "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
+    # As Kafka (DynamicLogConfig): the keys topics take their defaults from; the coarser
+    # log.retention.minutes/.hours and log.roll.hours are static there, and here.
+    "log.segment.bytes", "log.roll.ms", "log.retention.ms", "log.retention.bytes",
     "log.index.interval.bytes", "message.max.bytes", "log.cleaner.min.cleanable.ratio",
     "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
     "log.cleaner.delete.retention.ms",
@@ -110,8 +112,14 @@ class DynamicBrokerConfig:
         delete = list(delete)
         unknown = sorted(k for k in [*set, *delete] if k not in KEYS)
         if unknown:
-            raise DynamicConfigError(f"unknown broker configs {unknown}; the README lists the "
-                                     "broker's keys")
+            # As Kafka: a key that is no config of this broker is taken (Kafka keeps it as a
+            # custom config for plugins, e.g. sasl.kerberos.min.time.before.relogin for a
+            # Kerberos login Exactly does not have); nothing here reads it, so it is not kept.
+            for k in unknown:
+                log.warning("event=dynamic_config_ignored key=%s reason=%s", k,
+                            ignored_reason(k) or "not a config of this broker")
+            set = {k: v for k, v in set.items() if k in KEYS}
+            delete = [k for k in delete if k in KEYS]
         fixed = sorted(k for k in [*set, *delete] if k not in DYNAMIC_KEYS)
         if fixed:
             raise DynamicConfigError(

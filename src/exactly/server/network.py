@@ -548,6 +548,13 @@ class Connection(asyncio.BufferedProtocol):
         if not is_supported(api_key, api_version):
             if api_key == ApiKey.API_VERSIONS:
                 # KIP-511: answer in v0 with the supported range so the client can pick a version.
+                # A version newer than ours has the header of our newest (v2, with tagged
+                # fields): a frame without it is malformed, and closed, as by Kafka.
+                try:
+                    framing.parse_header(frame, api_version > SUPPORTED[api_key][1], fixed)
+                except MalformedRequest as exc:
+                    self._malformed(str(exc))
+                    return False
                 response = api_versions_response(0, self.services.identity.finalized_features,
                                                  error_unsupported=True)
                 if self._timed is not None:  # metrics.listen: errors by API and code
@@ -577,7 +584,8 @@ class Connection(asyncio.BufferedProtocol):
             waiting_on = coro.send(None)
         except StopIteration as done:
             self._answer(done.value)
-            return not session.close_after_response  # a failed authentication
+            # a failed authentication, or a refused acks=0 Produce
+            return not session.close_after_response
         except Exception:  # noqa: BLE001 - logged by _run; the client can't match a lost answer
             return False
         future = asyncio.ensure_future(_resume_handler(coro, waiting_on, self._answered))
@@ -646,6 +654,8 @@ class Connection(asyncio.BufferedProtocol):
     def _on_done(self, future: asyncio.Future[Frame]) -> None:
         if self._failed and not future.cancelled() and future.exception() is None:
             _drop(future.result())  # no longer queued: the connection failed
+        if self.session is not None and self.session.close_after_response:
+            self._stop_reading()  # a refused acks=0 Produce that had to wait
         self._write_ready()
         self._check_room()
         self._close_if_done()

@@ -50,6 +50,7 @@ from exactly.log.errors import LogError
 from exactly.protocol.errors import ErrorCode
 from exactly.share.config import (
     EARLIEST,
+    GROUP_CONFIG_KEYS,
     LATEST,
     GroupSettings,
     ShareConfig,
@@ -90,7 +91,13 @@ class ShareCoordinator:
         self.sessions = ShareSessionCache(config.max_share_sessions)
         self.groups: dict[str, ShareGroup] = {}
         self.partitions: dict[ShareKey, SharePartition] = {}
+        # Config overrides of groups that are not share groups (KIP-848's consumer.* configs):
+        # kept in the same store, validated by the server's config handler.
+        self.other_configs: dict[str, dict[str, str]] = {}
         for group_id, configs in self.store.group_configs.items():
+            if configs and not set(configs) <= set(GROUP_CONFIG_KEYS):
+                self.other_configs[group_id] = dict(configs)
+                continue
             self.groups[group_id] = ShareGroup(group_id, configs=dict(configs))
         for group_id, _, _ in self.store.states:
             self.groups.setdefault(group_id, ShareGroup(group_id))
@@ -135,7 +142,10 @@ class ShareCoordinator:
         if member_epoch == LEAVE_EPOCH:
             if group is None or member_id not in group.members:
                 return HeartbeatResult(ErrorCode.none, member_id, LEAVE_EPOCH), written
-            written += self._remove_member(group, member_id, now_ms)
+            # As Kafka: leaving the group does not close the member's share session; what it
+            # acquired stays acquired (until the session closes or the locks expire), so its
+            # acknowledgements sent after the leave still apply.
+            written += self._remove_member(group, member_id, now_ms, close_session=False)
             return HeartbeatResult(ErrorCode.none, member_id, LEAVE_EPOCH), written
         if member_epoch == JOIN_EPOCH and not subscribed:
             return HeartbeatResult(ErrorCode.invalid_request, message=(
@@ -145,6 +155,8 @@ class ShareCoordinator:
             written.append(self.store.write_group(group_id, {}, now_ms))
         settings = self.settings(group_id)
         member = group.members.get(member_id)
+        if member_epoch == JOIN_EPOCH and group.group_epoch == 0 and not group.members:
+            group.group_epoch += 1  # as Kafka 4.4: a new group is at epoch 1, the join bumps it
         if member_epoch == JOIN_EPOCH:
             if member is None:
                 if len(group.members) >= self.config.max_size:
@@ -188,10 +200,12 @@ class ShareCoordinator:
                 return True
         return False
 
-    def _remove_member(self, group: ShareGroup, member_id: str,
-                       now_ms: int) -> list[Written]:
+    def _remove_member(self, group: ShareGroup, member_id: str, now_ms: int, *,
+                       close_session: bool = True) -> list[Written]:
         del group.members[member_id]
         group.reassign(self.lookup)
+        if not close_session:
+            return []
         self.sessions.close(group.group_id, member_id)
         return self.release_member(group.group_id, member_id, now_ms)
 
@@ -464,6 +478,20 @@ class ShareCoordinator:
                 sp.limits = Limits(limits.record_lock_duration_ms, limits.delivery_count_limit,
                                    limits.max_record_locks)
         return None, self.store.write_group(group_id, dict(group.configs), now_ms)
+
+    def alter_other_configs(self, group_id: str, set_: Mapping[str, str],
+                            delete: Sequence[str], now_ms: int) -> Written:
+        """Set/delete config overrides of a group that is not a share group (KIP-848's
+        consumer.* configs, validated by the caller); durable once the Written is synced."""
+        configs = dict(self.other_configs.get(group_id, {}))
+        for name in delete:
+            configs.pop(name, None)
+        configs.update({k: v.strip() for k, v in set_.items()})
+        if configs:
+            self.other_configs[group_id] = configs
+        else:
+            self.other_configs.pop(group_id, None)
+        return self.store.write_group(group_id, configs or None, now_ms)
 
     @property
     def assignor(self) -> str:

@@ -209,9 +209,11 @@ class SharePartition:
 
     def acquire(self, member_id: str, batches: Iterable[LogBatch], *, max_records: int,
                 now_ms: int) -> list[Acquired]:
-        """Acquire up to `max_records` AVAILABLE records of `batches` (in offset order, from
-        `fetch_offset()`) for `member_id`; returns the acquired ranges, one per run of
-        consecutive offsets with the same delivery count."""
+        """Acquire the AVAILABLE records of `batches` (in offset order, from `fetch_offset()`)
+        for `member_id`, batch by batch until `max_records` are taken: as Kafka 4.2+ (KIP-932's
+        batch-optimized acquisition), a batch is acquired whole even when it crosses the limit.
+        Returns the acquired ranges, one per run of consecutive offsets with the same delivery
+        count."""
         deadline = now_ms + self.limits.record_lock_duration_ms
         taken: list[tuple[int, int]] = []  # (offset, delivery count)
         cursor = self.fetch_offset()
@@ -222,8 +224,6 @@ class SharePartition:
             cursor = batch.last_offset + 1
             for offset in range(max(batch.base_offset, self.start_offset),
                                 batch.last_offset + 1):
-                if len(taken) >= max_records:
-                    break
                 if offset < self.end_offset:
                     record = self.records.get(offset)
                     if record is None or record.state is not RecordState.AVAILABLE:
@@ -260,6 +260,8 @@ class SharePartition:
                 if raw not in AckType._value2member_map_:
                     return ErrorCode.invalid_request
                 kind = AckType(raw)
+                if offset < self.start_offset:
+                    continue  # already done (acknowledged or archived): ignored, as Kafka
                 record = self.records.get(offset)
                 if kind is AckType.GAP and record is None:
                     continue  # a gap we never tracked: nothing to do

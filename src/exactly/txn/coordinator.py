@@ -170,8 +170,13 @@ class TransactionCoordinator:
             new.producer_epoch = meta.producer_epoch + 1
             new.last_producer_epoch = meta.producer_epoch
         elif expected[1] == meta.last_producer_epoch:
-            # A retry of a bump whose answer was lost: the same answer again, nothing to write.
-            return InitResult(ErrorCode.none, meta.producer_id, meta.producer_epoch)
+            # A retry of a bump whose answer was lost, or the first call of a producer whose
+            # transaction the coordinator aborted with a bump (timeout, KIP-360 recovery): the
+            # same epoch again, written as Empty with the new timeout (Kafka's
+            # prepareIncrementProducerEpoch).
+            new.prev_producer_id = meta.prev_producer_id
+            new.producer_epoch = meta.producer_epoch
+            new.last_producer_epoch = meta.last_producer_epoch
         else:
             return InitResult(ErrorCode.producer_fenced)
         new.transition(TxnState.EMPTY)
@@ -188,10 +193,17 @@ class TransactionCoordinator:
         # An ongoing transaction's epoch is at most Short.MaxValue - 1 (an exhausted id is
         # rotated before it starts one), so the bump cannot overflow.
         new.producer_epoch = min(meta.producer_epoch + 1, MAX_EPOCH)
-        new.last_producer_id, new.last_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        # As Kafka's abort with an epoch bump, the epoch before it is the last epoch: the fenced
+        # producer itself may still recover with it (KIP-360 InitProducerId with its id and epoch:
+        # the aborted transaction's epoch, no second bump), as Kafka 4.4 answers. A kept
+        # transaction's (KIP-939) client identity is NextProducerId's: nothing to recover here.
+        new.last_producer_id = NO_PRODUCER_ID
+        new.last_producer_epoch = NO_PRODUCER_EPOCH if meta.is_kept else meta.producer_epoch
         new.prev_producer_id = NO_PRODUCER_ID  # not a client's EndTxn: no retry may match it
-        # Written as no client's version, so a restarted coordinator does not take this abort
-        # for a version-2 client's EndTxn and recognise retries of it.
+        # Written as no client's version: no client sent an EndTxn for it, so a restarted
+        # coordinator reconstructs no client identity (store._ended_by). The producer's own
+        # version-2 abort one epoch below is still taken for a retry (end_txn, as Kafka's
+        # retryOnEpochBump).
         new.client_transaction_version = 0
         if not meta.is_kept:
             new.next_producer_id, new.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
@@ -232,9 +244,8 @@ class TransactionCoordinator:
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                     group_id: str, offsets_partition: TopicPartition, *, now_ms: int,
                     client_transaction_version: int = 0) -> ErrorCode:
-        """AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction."""
-        if not group_id:
-            return ErrorCode.invalid_request
+        """AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the transaction.
+        An empty group id is a group like any other, as in Kafka."""
         return self._add(transactional_id, producer_id, producer_epoch, [offsets_partition],
                          now_ms, client_transaction_version)
 
@@ -295,9 +306,13 @@ class TransactionCoordinator:
             return dict.fromkeys(partitions, ErrorCode.invalid_producer_id_mapping)
         if meta.producer_epoch != producer_epoch:
             return dict.fromkeys(partitions, ErrorCode.producer_fenced)
+        if meta.state.is_prepare or meta.state is TxnState.PREPARE_EPOCH_FENCE:
+            return dict.fromkeys(partitions, ErrorCode.concurrent_transactions)
+        # As Kafka (KIP-890, KAFKA-16314): a partition the transaction does not hold is
+        # TRANSACTION_ABORTABLE; the broker answers older Produce versions INVALID_TXN_STATE.
         ongoing = meta.state is TxnState.ONGOING
         return {tp: (ErrorCode.none if ongoing and tp in meta.partitions
-                     else ErrorCode.invalid_txn_state)
+                     else ErrorCode.transaction_abortable)
                 for tp in partitions}
 
     # -- TxnHeartbeat (KIP-1309) ------------------------------------------------------------------
@@ -361,6 +376,13 @@ class TransactionCoordinator:
                  and meta.last_producer_epoch >= 0
                  and (producer_id, producer_epoch) == (meta.last_producer_id,
                                                        meta.last_producer_epoch))
+        # Kafka's retryOnEpochBump: any version-2 EndTxn one epoch below a decided transaction's
+        # is its retry, whoever decided it; so a producer whose transaction the coordinator
+        # aborted on timeout aborts too and goes on with the bumped epoch (KIP-890).
+        retry = retry or (bump_epoch and not meta.is_kept
+                          and (state.is_prepare or state.is_complete)
+                          and producer_id == meta.producer_id
+                          and producer_epoch + 1 == meta.producer_epoch)
         if not retry:
             error = _check_identity(meta, producer_id, producer_epoch)
             if error is not None:

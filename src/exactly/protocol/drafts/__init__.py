@@ -17,7 +17,13 @@ from types import ModuleType
 
 from kio.static.constants import EntityType
 
-from exactly.protocol.drafts import init_producer_id, txn_heartbeat, txn_share_acknowledge
+from exactly.protocol.drafts import (
+    api_versions_v5,
+    init_producer_id,
+    txn_heartbeat,
+    txn_offset_commit_v6,
+    txn_share_acknowledge,
+)
 
 # API key -> name (kio's api_key_map style), for the APIs that are drafts as a whole.
 DRAFT_API_NAMES: dict[int, str] = {
@@ -29,7 +35,12 @@ DRAFT_API_NAMES: dict[int, str] = {
 _MODULES: dict[tuple[int, int], ModuleType] = {
     (txn_heartbeat.API_KEY, 0): txn_heartbeat,
     (init_producer_id.API_KEY, 7): init_producer_id,
+    # Not a draft: KIP-1242's ApiVersions v5, released in Kafka 4.4, which kio lacks.
+    (api_versions_v5.API_KEY, 5): api_versions_v5,
     (txn_share_acknowledge.API_KEY, 0): txn_share_acknowledge,
+    # Not a draft: KIP-1319's TxnOffsetCommit v6 (topic ids), released in Kafka 4.4, which kio
+    # lacks.
+    (txn_offset_commit_v6.API_KEY, 6): txn_offset_commit_v6,
 }
 
 

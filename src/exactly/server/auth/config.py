@@ -79,6 +79,7 @@ AUTH_KEYS: tuple[Key, ...] = (
         None,
         parse_optional_str,
         "The server's certificate chain in PEM, inline (instead of ssl.keystore.location).",
+        sensitive=True,  # Kafka's type PASSWORD: DescribeConfigs hides it
     ),
     Key(
         "ssl.keystore.key",

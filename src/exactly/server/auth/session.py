@@ -82,6 +82,8 @@ class AuthSession:
         self.authenticated = not listener.sasl
         self.mechanism: str | None = None
         self.handshake_version = -1
+        # Close the connection once the current answer is sent: a failed authentication, or
+        # a refused acks=0 Produce (which has no answer to carry its error).
         self.close_after_response = False
         self._server: PlainServer | ScramServer | None = None
 

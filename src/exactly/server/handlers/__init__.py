@@ -14,17 +14,20 @@ from exactly.server.handlers import (
     log_admin,
     metadata,
     produce,
+    replicas,
     sasl,
     share,
     share_admin,
     share_txn,
+    topic_partitions,
     topics,
     txn,
 )
 
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, topics, configs, groups, txn,
-                acls, sasl, share, share_admin, share_txn, log_admin):
+                acls, sasl, share, share_admin, share_txn, log_admin, replicas,
+                topic_partitions):
     HANDLERS.update(_module.HANDLERS)
 
 _missing = set(SUPPORTED) - set(HANDLERS)

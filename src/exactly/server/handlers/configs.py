@@ -1,5 +1,9 @@
 """DescribeConfigs (v1–v4), IncrementalAlterConfigs (v0–v1) and the legacy AlterConfigs (v0–v2)
-on TOPIC, BROKER, BROKER_LOGGER and GROUP resources, and DescribeCluster.
+on TOPIC, BROKER, BROKER_LOGGER and GROUP resources, ListConfigResources (v0–v1, KIP-1142),
+and DescribeCluster.
+
+DescribeConfigs gives each config's type, documentation and synonyms as Kafka 4.4 does
+(server/config_describe.py), and an empty error message (not null) on success, as Kafka.
 
 BROKER resources are this broker (its node id) and the cluster-wide default (""): every key with
 its source and read-only flag; the dynamic keys change at run time (server/dynamic_config.py,
@@ -11,14 +15,16 @@ BROKER_LOGGER (KIP-412) is the broker's log levels (server/loggers.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from exactly.log.errors import LogError
+from exactly.log.manager import validate_topic_name
+from exactly.log.topic_config import TOPIC_CONFIG_KEYS
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
-from exactly.server import loggers
+from exactly.server import config_describe, loggers
 from exactly.server.acl.model import CLUSTER_NAME, Operation, ResourceType
 from exactly.server.context import Handler, RequestContext
 from exactly.server.dynamic_config import BROKER as BROKER_SCOPE
@@ -74,6 +80,29 @@ def _entries(ctx: RequestContext, resource: _Resource) -> list[tuple[str, str | 
              e.read_only, e.is_sensitive) for e in ctx.services.config.items()]
 
 
+def _broker_layers(ctx: RequestContext) -> Callable[[str], list[config_describe.Synonym]]:
+    """For synonyms: every layer of a broker key that has a value, most precedent first."""
+    entries = {name: (value, source) for name, value, source, _ro, _s in
+               _entries_of_broker(ctx)}
+
+    def layers(key: str) -> list[config_describe.Synonym]:
+        value, source = entries.get(key, (None, "DEFAULT_CONFIG"))
+        if source == "DEFAULT_CONFIG":
+            return [] if value is None else [(key, value, config_describe.DEFAULT_SOURCE)]
+        found = [] if value is None else [(key, value, SOURCE.get(source, 5))]
+        return found + config_describe.default_layer(key)
+
+    return layers
+
+
+def _entries_of_broker(ctx: RequestContext) -> list[tuple[str, str | None, str, bool, bool]]:
+    dynamic = ctx.services.dynamic_config
+    if dynamic is not None:
+        return dynamic.describe(BROKER_SCOPE)
+    return [(e.name, e.value, "DEFAULT_CONFIG" if e.is_default else "STATIC_BROKER_CONFIG",
+             e.read_only, e.is_sensitive) for e in ctx.services.config.items()]
+
+
 def _unknown_broker(ctx: RequestContext, name: str) -> str | None:
     """Why a BROKER resource's name is not this broker's nor the cluster default's, or None."""
     node_id = str(ctx.services.identity.node_id)
@@ -112,6 +141,11 @@ def _incremental_changes(configs: Iterable[Any]) -> tuple[_Changes, str | None]:
     """An IncrementalAlterConfigs resource's operations; the reason if one is malformed."""
     changes = _Changes()
     by_operation = {SET: changes.set, APPEND: changes.append, SUBTRACT: changes.subtract}
+    configs = list(configs)
+    names = [c.name for c in configs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # as Kafka
+        return changes, f"Error due to duplicate config keys: {', '.join(twice)}"
     for c in configs:
         if c.config_operation == DELETE:
             changes.delete.append(c.name)
@@ -186,15 +220,42 @@ async def handle_describe_configs(ctx: RequestContext,
             except LookupError:
                 error = ErrorCode.unknown_topic_or_partition
                 message = f"topic {res.resource_name!r} does not exist"
+                try:
+                    validate_topic_name(res.resource_name)
+                except LogError as exc:  # as Kafka: a name no topic can have
+                    error, message = exc.error_code, str(exc)
                 entries = []
             keys = set(res.configuration_keys) if res.configuration_keys else None
+            want_synonyms = bool(getattr(request, "include_synonyms", False))
+            want_docs = bool(getattr(request, "include_documentation", False))
+            layers = _broker_layers(ctx) if want_synonyms and res.resource_type in (
+                TOPIC, BROKER) else None
+            topic = res.resource_type == TOPIC
             for name, value, source, read_only, sensitive in entries:
                 if keys is not None and name not in keys:
                     continue
+                synonyms: list[config_describe.Synonym] = []
+                if layers is not None:
+                    if topic:
+                        default = TOPIC_CONFIG_KEYS[name].default if name in \
+                            TOPIC_CONFIG_KEYS else None
+                        synonyms = config_describe.topic_synonyms(
+                            name, value if source == "TOPIC_CONFIG" else None, default, layers)
+                    else:
+                        synonyms = config_describe.broker_synonyms(name, layers)
+                kind = res.resource_type in (TOPIC, BROKER)
                 configs.append(ctx.nested(
                     "DescribeConfigsResourceResult", name=name, value=value, read_only=read_only,
                     config_source=SOURCE.get(source, 5), is_default=source == "DEFAULT_CONFIG",
-                    is_sensitive=sensitive, synonyms=(), config_type=0, documentation=None))
+                    is_sensitive=sensitive, synonyms=tuple(
+                        ctx.nested("DescribeConfigsSynonym", name=n,
+                                   value=None if sensitive else v, source=src)
+                        for n, v, src in synonyms),
+                    config_type=config_describe.config_type(name, topic) if kind else 0,
+                    documentation=config_describe.documentation(name, topic)
+                    if want_docs and kind else None))
+            if error == ErrorCode.none:
+                message = ""  # as Kafka: an empty message, not null
         results.append(ctx.nested("DescribeConfigsResult", error_code=error, error_message=message,
                                   resource_type=res.resource_type, resource_name=res.resource_name,
                                   configs=tuple(configs)))
@@ -210,6 +271,11 @@ async def handle_incremental_alter_configs(ctx: RequestContext,
         denied = _denied(ctx, Operation.ALTER_CONFIGS, res)
         if denied is not None:
             error = denied
+        elif any(c.config_operation not in (SET, DELETE, APPEND, SUBTRACT)
+                 for c in res.configs):
+            # As Kafka, whose AlterConfigOp.OpType.forId throws on an unknown operation:
+            # UNKNOWN_SERVER_ERROR, without a message.
+            error, message = ErrorCode.unknown_server_error, None
         elif res.resource_type == GROUP:
             error, message = await share_admin.alter_group_resource(ctx, res,
                                                                     request.validate_only)
@@ -230,8 +296,12 @@ async def handle_alter_configs(ctx: RequestContext,
     responses = []
     for res in request.resources:
         denied = _denied(ctx, Operation.ALTER_CONFIGS, res)
+        nulls = [c.name for c in res.configs if c.value is None]
         if denied is not None:
             error, message = denied, None
+        elif nulls:  # as Kafka: the legacy API has no "delete"; a null value is refused
+            error = ErrorCode.invalid_request
+            message = f"Null value not supported for : {', '.join(nulls)}"
         else:
             changes = _Changes(set={c.name: c.value for c in res.configs if c.value is not None},
                                replace=True)
@@ -248,22 +318,69 @@ def _altered(ctx: RequestContext, res: _Resource, error: ErrorCode, message: str
 
 async def handle_describe_cluster(ctx: RequestContext,
                                   request: DescribeClusterRequest) -> ResponsePayload:
+    endpoint_type = getattr(request, "endpoint_type", 1)
+    if endpoint_type != 1:  # v1 (KIP-919): this is a broker's listener; there is no controller's
+        error = (ErrorCode.mismatched_endpoint_type if endpoint_type == 2
+                 else ErrorCode.unsupported_endpoint_type)
+        message = ("The request was sent to an endpoint of type BROKER, but we wanted an "
+                   "endpoint of type CONTROLLER" if endpoint_type == 2
+                   else f"Unsupported endpoint type {endpoint_type}")
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message,
+                            endpoint_type=1, cluster_authorized_operations=-2147483648,
+                            cluster_id="", controller_id=-1, brokers=())
+    # v2 (KIP-1073): a broker answering requests is not fenced.
     broker = ctx.nested("DescribeClusterBroker", broker_id=ctx.services.identity.node_id,
                         host=advertised_address(ctx)[0], port=advertised_address(ctx)[1],
-                        rack=None)
+                        rack=None, is_fenced=False)
     # Kafka checks nothing here but reports the cluster's authorized operations when asked.
     ops = -2147483648
     if getattr(request, "include_cluster_authorized_operations", False):
         ops = (ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
                if ctx.authorize(Operation.DESCRIBE) else 0)
     return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-                        endpoint_type=getattr(request, "endpoint_type", 1),
-                        cluster_authorized_operations=ops,
+                        endpoint_type=1, cluster_authorized_operations=ops,
                         cluster_id=ctx.services.identity.cluster_id, controller_id=ctx.services.identity.node_id,
                         brokers=(broker,))
 
 
+CLIENT_METRICS = 16  # KIP-714's client metrics subscriptions: Exactly has none
+
+
+async def handle_list_config_resources(ctx: RequestContext, request: Any) -> ResponsePayload:
+    """ListConfigResources (KIP-1142): the resources that have configs, of the types asked for
+    (v1; none asked: every type). v0 asked for client metrics resources only. As Kafka: an
+    unknown type is UNSUPPORTED_VERSION, and the caller needs DESCRIBE_CONFIGS on the cluster."""
+    if not ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.cluster_authorization_failed,
+                            config_resources=())
+    known = (BROKER_LOGGER, BROKER, TOPIC, GROUP, CLIENT_METRICS)
+    asked = set(getattr(request, "resource_types", None) or ()) if ctx.api_version >= 1 else {
+        CLIENT_METRICS}
+    if not asked:
+        asked = set(known)
+    if asked - set(known):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.unsupported_version, config_resources=())
+    node = str(ctx.services.identity.node_id)
+    found: list[tuple[str, int]] = []
+    if BROKER_LOGGER in asked:
+        found.append((node, BROKER_LOGGER))
+    if BROKER in asked:
+        found.append((node, BROKER))
+    if TOPIC in asked:
+        found += [(info.name, TOPIC) for info in ctx.services.logs.topics()]
+    if GROUP in asked:  # Kafka lists the groups that have configs of their own
+        found += [(group_id, GROUP) for group_id, group in
+                  sorted(share_admin.coordinator(ctx).groups.items()) if group.configs]
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                        config_resources=tuple(
+                            ctx.nested("ConfigResource", resource_name=name, resource_type=kind)
+                            for name, kind in found))
+
+
 HANDLERS: dict[int, Handler] = {
+    ApiKey.LIST_CONFIG_RESOURCES: handle_list_config_resources,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,

@@ -181,12 +181,16 @@ def _read(ctx: RequestContext, request: FetchRequest, wanted: list[_Topic], max_
                 except LogError as exc:
                     error = exc.error_code
                     read_failed = True
+                    hwm = lso = start = -1  # as Kafka: a failed read tells no offsets
+                    aborted = None
                 else:
                     if not files and isinstance(records, FileRecords):
                         records = records.read()
                     reads.append((len(records), next_offset, w.offset, bound, w.max_bytes))
                     if committed and records:
                         aborted = _aborted(ctx, plog, w.offset, bound, next_offset)
+            if w.error != ErrorCode.none:
+                aborted = ()  # Kafka answers an unknown or denied partition with an empty list
             size += len(records)
             left = max(0, left - len(records))
             partitions.append(ctx.nested(

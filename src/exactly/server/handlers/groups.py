@@ -123,13 +123,17 @@ async def handle_find_coordinator(ctx: RequestContext,
                 "port": advertised_address(ctx)[1] if ok else -1}
 
     if ctx.api_version >= 4:
+        # Kafka's batched answer leaves every coordinator's message empty (not null).
         coordinators = []
         for key in cast("FindCoordinatorRequestFromV4", request).coordinator_keys:
-            error, message = answer(key)
+            error, _message = answer(key)
             coordinators.append(ctx.nested("Coordinator", key=key, error_code=error,
-                                           error_message=message, **fields(error)))
+                                           error_message="", **fields(error)))
         return ctx.response(throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))
     error, message = answer(cast("FindCoordinatorRequestUpToV3", request).key)
+    # v1-v3: Kafka sends Errors.message(): "NONE" on success, the error's text otherwise.
+    if message is None:
+        message = "NONE" if error is ErrorCode.none else error.name.replace("_", " ").lower()
     return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message,
                         **fields(error))
 
@@ -305,10 +309,15 @@ async def handle_txn_offset_commit(ctx: RequestContext,
                                    request: TxnOffsetCommitRequest) -> ResponsePayload:
     coordinator = _coordinator(ctx)
     services = ctx.services
+    # v6 (KIP-1319) names the topics by id: an id this broker does not know is UNKNOWN_TOPIC_ID,
+    # the other topics go on.
+    names = _txn_offset_topic_names(ctx, request)
+    request_topics: Sequence[Any] = request.topics
     offsets: dict[tuple[str, int], OffsetToCommit] = {
-        (topic.name, p.partition_index): OffsetToCommit(
+        (name, p.partition_index): OffsetToCommit(
             p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
-        for topic in request.topics for p in topic.partitions
+        for topic, name in zip(request_topics, names, strict=True) if name is not None
+        for p in topic.partitions
     }
     group_id, txn_id = request.group_id, request.transactional_id
     pid, epoch = request.producer_id, request.producer_epoch
@@ -354,8 +363,29 @@ async def handle_txn_offset_commit(ctx: RequestContext,
         # Acknowledge only once the offsets (and the partition's place in the transaction) are
         # durable under the flush policy.
         await services.appends.sync(to_sync)
+    if ctx.api_version >= 6:
+        return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(
+            ctx.nested("TxnOffsetCommitResponseTopic", topic_id=topic.topic_id, partitions=tuple(
+                ctx.nested("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+                           error_code=(ErrorCode.unknown_topic_id if name is None
+                                       else errors[(name, p.partition_index)]))
+                for p in topic.partitions))
+            for topic, name in zip(request_topics, names, strict=True)))
     topics = _partition_errors(ctx, "TxnOffsetCommit", request.topics, errors)
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)
+
+
+def _txn_offset_topic_names(ctx: RequestContext,
+                            request: TxnOffsetCommitRequest) -> list[str | None]:
+    """The name of each topic of the request: as given before v6; from its id in v6 (KIP-1319),
+    None for an id this broker does not know."""
+    topics: Sequence[Any] = request.topics
+    if ctx.api_version < 6:
+        return [topic.name for topic in topics]
+    logs = ctx.services.logs
+    infos = [None if topic.topic_id is None else logs.topic_by_id(topic.topic_id)
+             for topic in topics]
+    return [None if info is None else info.name for info in infos]
 
 
 class _TopicPartitionIndexes(Protocol):
@@ -574,7 +604,7 @@ async def handle_consumer_group_heartbeat(
         ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> ResponsePayload:
     def refuse(error: ErrorCode, message: str | None) -> ResponsePayload:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message,
-                            member_id=None, member_epoch=-1,
+                            member_id=None, member_epoch=0,  # Kafka's error answer: 0
                             heartbeat_interval=datetime.timedelta(0),
                             assignment=None)
 
@@ -635,7 +665,7 @@ async def handle_consumer_group_describe(
                 "Member", member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
                 member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                 subscribed_topic_names=tuple(m.subscribed_topic_names),
-                subscribed_topic_regex=m.subscribed_topic_regex,
+                subscribed_topic_regex=m.subscribed_topic_regex or "",  # Kafka: "" for none
                 assignment=ctx.nested("Assignment", topic_partitions=_topic_partitions(
                     ctx, m.assigned, names=True)),
                 target_assignment=ctx.nested("Assignment", topic_partitions=_topic_partitions(

@@ -1,4 +1,10 @@
-"""ListOffsets (v1–v10): earliest, latest, max timestamp, or the first offset at a timestamp."""
+"""ListOffsets (v1–v11): earliest, latest, max timestamp, or the first offset at a timestamp.
+
+The special timestamps, each from the version that introduced it (an older version gets
+UNSUPPORTED_VERSION for it, as from Kafka): -1 latest, -2 earliest, -3 max timestamp (v7,
+KIP-734), -4 earliest local (v8, KIP-405), -5 latest tiered (v9, KIP-1005), -6 earliest pending
+upload (v11, KIP-1023). Without tiered storage the local log is the whole log: -4 is the log start
+offset, and -5 and -6 find nothing (-1), as Kafka answers them with remote storage off."""
 
 from __future__ import annotations
 
@@ -18,14 +24,20 @@ if TYPE_CHECKING:
     from exactly.protocol.requests import ListOffsetsRequest
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -4, -5, -6
+# The first version that knows each special timestamp.
+SINCE = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
+NO_EPOCH = -1  # the leader epoch of an answer that found no offset
 
 
 def _lookup(plog: PartitionLog, timestamp: int, committed: bool) -> tuple[int, int]:
     """(timestamp, offset) as Kafka answers them; (-1, -1) when no record is that late."""
     if timestamp == LATEST:
         return -1, plog.last_stable_offset if committed else plog.high_watermark
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1  # nothing is tiered
     if timestamp == MAX_TIMESTAMP:
         found = plog.max_timestamp_offset()
     else:
@@ -51,15 +63,18 @@ async def handle_list_offsets(ctx: RequestContext,
                 error = ErrorCode.topic_authorization_failed
             elif plog is None:
                 error = ErrorCode.unknown_topic_or_partition
-            elif p.timestamp < MAX_TIMESTAMP and p.timestamp < 0:
-                error = ErrorCode.invalid_request  # -4 (earliest local) and beyond: tiered storage
+            elif ctx.api_version < SINCE.get(p.timestamp, 0):
+                error = ErrorCode.unsupported_version
+            elif p.timestamp < EARLIEST_PENDING_UPLOAD:
+                error = ErrorCode.invalid_request  # no such special timestamp
             else:
                 try:
                     ts, offset = _lookup(plog, p.timestamp, committed)
                 except LogError as exc:
                     error = exc.error_code
             partitions.append(ctx.nested("ListOffsetsPartitionResponse", partition_index=p.partition_index,
-                                         error_code=error, timestamp=ts, offset=offset, leader_epoch=0))
+                                         error_code=error, timestamp=ts, offset=offset,
+                                         leader_epoch=0 if offset >= 0 else NO_EPOCH))
         topics.append(ctx.nested("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions)))
     return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
 

@@ -118,6 +118,18 @@ async def handle_elect_leaders(ctx: RequestContext,
         return ctx.response(throttle_time=NO_THROTTLE,
                             error_code=ErrorCode.cluster_authorization_failed,
                             replica_election_results=results)
+    election_type = getattr(request, "election_type", 0)
+    if election_type not in (0, 1):
+        # Kafka: an unknown election type makes the request invalid, every partition with it
+        message = f"Unknown election type {election_type}"
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
+                            replica_election_results=tuple(ctx.nested(
+                                "ReplicaElectionResult", topic=t.topic, partition_result=tuple(
+                                    ctx.nested("PartitionResult", partition_id=p,
+                                               error_code=ErrorCode.invalid_request,
+                                               error_message=message)
+                                    for p in t.partitions))
+                                for t in request.topic_partitions or ()))
     # Asked for every partition (null), Kafka lists only the partitions where an election ran:
     # none here.
     topics = []
@@ -147,16 +159,25 @@ async def handle_describe_quorum(ctx: RequestContext,
         return ctx.response(error_code=ErrorCode.cluster_authorization_failed,
                             error_message=None, topics=(), nodes=())
     if asked != [(METADATA_TOPIC, 0)]:
-        return ctx.response(error_code=ErrorCode.unknown_topic_or_partition,
-                            error_message=f"only {METADATA_TOPIC}-0 has a quorum", topics=(),
-                            nodes=())
+        if len(asked) != 1:
+            return ctx.response(error_code=ErrorCode.invalid_request,
+                                error_message=f"ask for {METADATA_TOPIC}-0 alone", topics=(),
+                                nodes=())
+        # As Kafka: the request is fine, the partition is not the quorum's
+        (topic, index), = asked
+        return ctx.response(error_code=ErrorCode.none, error_message="", nodes=(), topics=(
+            ctx.nested("TopicData", topic_name=topic, partitions=(ctx.nested(
+                "PartitionData", partition_index=index,
+                error_code=ErrorCode.unknown_topic_or_partition,
+                error_message="This server does not host this topic-partition.", leader_id=0,
+                leader_epoch=0, high_watermark=0, current_voters=(), observers=()),)),))
     now = ctx.services.clock()
     high_watermark = ctx.services.logs.topics_version
     voter = ctx.nested("ReplicaState", replica_id=node_id, replica_directory_id=None,
                        log_end_offset=high_watermark, last_fetch_timestamp=now,
                        last_caught_up_timestamp=now)
     partition = ctx.nested("PartitionData", partition_index=0, error_code=ErrorCode.none,
-                           error_message=None, leader_id=node_id, leader_epoch=1,
+                           error_message="", leader_id=node_id, leader_epoch=1,
                            high_watermark=high_watermark, current_voters=(voter,),
                            observers=())
     nodes: tuple[Any, ...] = ()
@@ -164,7 +185,7 @@ async def handle_describe_quorum(ctx: RequestContext,
         host, port = advertised_address(ctx)
         nodes = (ctx.nested("Node", node_id=node_id, listeners=(
             ctx.nested("Listener", name="CONTROLLER", host=host, port=port),)),)
-    return ctx.response(error_code=ErrorCode.none, error_message=None,
+    return ctx.response(error_code=ErrorCode.none, error_message="",  # as Kafka: "", not null
                         topics=(ctx.nested("TopicData", topic_name=METADATA_TOPIC,
                                            partitions=(partition,)),),
                         nodes=nodes)

@@ -1,4 +1,4 @@
-"""Metadata (v0–v12): brokers, topics, partitions, topic ids; auto-creates topics when allowed.
+"""Metadata (v0–v13): brokers, topics, partitions, topic ids; auto-creates topics when allowed.
 
 The answer for every topic is encoded once per change of the topics (`LogManager.topics_version`)
 and listener, and sent as bytes after: with the internal topics' hundred partitions it is the
@@ -111,6 +111,10 @@ def _metadata(ctx: RequestContext, request: MetadataRequest) -> ResponsePayload:
                 except LogError as exc:
                     topics.append(_error_entry(ctx, name, None, exc.error_code))
                     continue
+                # As Kafka (KRaft): the request that creates a topic answers it unknown, with
+                # neither id nor partitions; the next Metadata describes it.
+                topics.append(_error_entry(ctx, name, None, ErrorCode.unknown_topic_or_partition))
+                continue
             if info is None:
                 topics.append(_error_entry(ctx, name, None, ErrorCode.unknown_topic_or_partition))
             else:
@@ -118,7 +122,7 @@ def _metadata(ctx: RequestContext, request: MetadataRequest) -> ResponsePayload:
     broker = ctx.nested("MetadataResponseBroker", node_id=ctx.services.identity.node_id,
                         host=advertised_address(ctx)[0], port=advertised_address(ctx)[1],
                         rack=None)
-    return ctx.response(throttle_time=NO_THROTTLE, brokers=(broker,), cluster_id=ctx.services.identity.cluster_id,
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, brokers=(broker,), cluster_id=ctx.services.identity.cluster_id,
                         controller_id=ctx.services.identity.node_id, topics=tuple(topics),
                         cluster_authorized_operations=(
                             ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)

@@ -66,7 +66,8 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext,
                             error_code=ErrorCode.cluster_authorization_failed,
                             error_message="DESCRIBE on the cluster is needed", results=())
     store = ctx.services.credentials
-    asked = None if request.users is None else [u.name for u in request.users]
+    # KIP-554: null or an empty list both mean every user with a credential (as Kafka)
+    asked = [u.name for u in request.users] if request.users else None
     names = store.users() if asked is None else asked
     results = []
     seen: set[str] = set()
@@ -88,9 +89,10 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext,
         infos = tuple(ctx.nested("CredentialInfo", mechanism=_mech_id(m), iterations=c.iterations)
                       for m, c in sorted(mechs.items()))
         results.append(ctx.nested("DescribeUserScramCredentialsResult", user=name,
-                                  error_code=ErrorCode.none, error_message=None,
+                                  error_code=ErrorCode.none, error_message="",
                                   credential_infos=infos))
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+    # Kafka answers "" (not null) for the messages of success here
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message="",
                         results=tuple(results))
 
 

@@ -203,7 +203,9 @@ def _session(ctx: RequestContext, group_id: str, member_id: str, epoch: int,
              added: Sequence[_Partition], forgotten: Sequence[_Partition]) -> ShareSession | ErrorCode:
     share = coordinator(ctx)
     if epoch == INITIAL_EPOCH:
-        if not share.is_member(group_id, member_id):
+        # As Kafka 4.4: a share session needs the share group, not membership of it (a member
+        # that left, or has not joined yet, may fetch and acknowledge).
+        if not share.is_share_group(group_id):
             return ErrorCode.unknown_member_id
         return share.sessions.open(group_id, member_id, added)
     session = share.sessions.get(group_id, member_id, epoch)
@@ -226,7 +228,7 @@ def _refused(ctx: RequestContext, request: Any) -> tuple[ErrorCode, str] | None:
 async def handle_share_fetch(ctx: RequestContext, request: ShareFetchRequest) -> ResponsePayload:
     share = coordinator(ctx)
 
-    def fail(code: ErrorCode, message: str) -> ResponsePayload:
+    def fail(code: ErrorCode, message: str | None) -> ResponsePayload:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
                             acquisition_lock_timeout=NO_THROTTLE, responses=(),
                             node_endpoints=())
@@ -245,7 +247,7 @@ async def handle_share_fetch(ctx: RequestContext, request: ShareFetchRequest) ->
                  if t.topic_id is not None]
     session = _session(ctx, group_id, member_id, epoch, added, forgotten)
     if isinstance(session, ErrorCode):
-        return fail(session, _SESSION_ERRORS.get(session, "the share session was refused"))
+        return fail(session, _session_message(session))
     ack_errors, written = _acknowledge(ctx, group_id, member_id, request.topics)
     settings = share.settings(group_id)
     if epoch == FINAL_EPOCH:
@@ -257,13 +259,25 @@ async def handle_share_fetch(ctx: RequestContext, request: ShareFetchRequest) ->
             acquisition_lock_timeout=_ms(settings.record_lock_duration_ms),
             responses=_fetch_responses(ctx, ack_errors, {}), node_endpoints=())
     fetched: dict[_Partition, Fetched] = {}
-    if request.max_records > 0 and session.partitions:
+    # max_bytes 0 reads nothing, as Kafka (no first batch past the limit, unlike Fetch).
+    if request.max_records > 0 and request.max_bytes > 0 and session.partitions:
         fetched = await _fetch(ctx, request, group_id, member_id, session.partitions, written)
+    if epoch == INITIAL_EPOCH:  # a new session's answer names each of its partitions, as Kafka
+        for key in added:
+            fetched.setdefault(key, Fetched())
     await sync_written(ctx, written)
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
         acquisition_lock_timeout=_ms(settings.record_lock_duration_ms),
         responses=_fetch_responses(ctx, ack_errors, fetched), node_endpoints=())
+
+
+def _session_message(error: ErrorCode) -> str | None:
+    """The top-level message of a refused share session: none for the session errors, which
+    Kafka sends bare (the code says it all), ours for the others."""
+    if error in (ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch):
+        return None
+    return _SESSION_ERRORS.get(error, "the share session was refused")
 
 
 _SESSION_ERRORS = {
@@ -359,7 +373,7 @@ async def handle_share_acknowledge(ctx: RequestContext,
                                    request: ShareAcknowledgeRequest) -> ResponsePayload:
     share = coordinator(ctx)
 
-    def fail(code: ErrorCode, message: str) -> ResponsePayload:
+    def fail(code: ErrorCode, message: str | None) -> ResponsePayload:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
                             responses=(), node_endpoints=())
 
@@ -373,7 +387,7 @@ async def handle_share_acknowledge(ctx: RequestContext,
                     "ShareAcknowledge needs an open share session: ShareSessionEpoch 0 is not one")
     session = share.sessions.get(group_id, member_id, epoch)
     if isinstance(session, ErrorCode):
-        return fail(session, _SESSION_ERRORS[session])
+        return fail(session, _session_message(session))
     errors, written = _acknowledge(ctx, group_id, member_id, request.topics)
     if epoch == FINAL_EPOCH:
         share.sessions.close(group_id, member_id)

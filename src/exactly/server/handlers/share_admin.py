@@ -11,6 +11,10 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from exactly.groups.consumer_coordinator import (
+    CONSUMER_GROUP_CONFIGS,
+    validate_consumer_group_config,
+)
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import Operation, ResourceType
@@ -169,8 +173,9 @@ async def handle_delete_offsets(ctx: RequestContext,
 
 def group_config_entries(ctx: RequestContext,
                          group_id: str) -> list[tuple[str, str | None, str, bool, bool]]:
-    """(name, value, source, read_only, sensitive) of a group's share configs: its overrides
-    (GROUP_CONFIG), else the broker's values (DEFAULT_CONFIG). A group need not exist yet."""
+    """(name, value, source, read_only, sensitive) of a group's share and consumer configs: its
+    overrides (GROUP_CONFIG), else the broker's values (DEFAULT_CONFIG). A group need not exist
+    yet."""
     share = coordinator(ctx)
     group = share.groups.get(group_id)
     overrides = group.configs if group is not None else {}
@@ -181,6 +186,16 @@ def group_config_entries(ctx: RequestContext,
         else:
             out.append((name, group_config_default(share.config, name), "DEFAULT_CONFIG", False,
                         False))
+    # KIP-848's consumer.* group configs, kept beside the share groups' (alter_other_configs).
+    consumer = ctx.services.groups.consumer
+    others = share.other_configs.get(group_id, {})
+    defaults = {"consumer.session.timeout.ms": consumer.config.consumer_session_timeout_ms,
+                "consumer.heartbeat.interval.ms": consumer.config.consumer_heartbeat_interval_ms}
+    for name in sorted(CONSUMER_GROUP_CONFIGS):
+        if name in others:
+            out.append((name, others[name], "GROUP_CONFIG", False, False))
+        else:
+            out.append((name, str(defaults[name]), "DEFAULT_CONFIG", False, False))
     return out
 
 
@@ -208,9 +223,39 @@ async def alter_group_resource(ctx: RequestContext, resource: Any,
     to_delete = [c.name for c in resource.configs if c.config_operation == _DELETE]
     if len(to_set) + len(to_delete) != len(resource.configs):
         return ErrorCode.invalid_request, "group configs take SET (with a value) and DELETE only"
+    names = set(to_set) | set(to_delete)
+    if names & set(CONSUMER_GROUP_CONFIGS):
+        return await _alter_consumer_configs(ctx, resource.resource_name, to_set, to_delete,
+                                             validate_only)
     message = await alter_group_configs(ctx, resource.resource_name, to_set, to_delete,
                                         validate_only)
     return (ErrorCode.invalid_config, message) if message else (ErrorCode.none, None)
+
+
+async def _alter_consumer_configs(ctx: RequestContext, group_id: str, to_set: dict[str, str],
+                                  to_delete: list[str], validate_only: bool,
+                                  ) -> tuple[ErrorCode, str | None]:
+    """KIP-848's group configs (consumer.session.timeout.ms, consumer.heartbeat.interval.ms),
+    within the broker's bounds, as Kafka; the consumer group coordinator reads them."""
+    names = set(to_set) | set(to_delete)
+    if not names <= set(CONSUMER_GROUP_CONFIGS):
+        return ErrorCode.invalid_config, (
+            f"{sorted(names - set(CONSUMER_GROUP_CONFIGS))} cannot be altered with consumer "
+            "group configs in one request: alter them separately")
+    if coordinator(ctx).is_share_group(group_id):
+        return ErrorCode.invalid_config, (
+            f"group {group_id} is a share group: consumer.* configs apply to consumer groups")
+    for name, value in to_set.items():
+        try:
+            validate_consumer_group_config(ctx.services.groups.consumer.config, name, value)
+        except ValueError as exc:
+            return ErrorCode.invalid_config, str(exc)
+    if validate_only:
+        return ErrorCode.none, None
+    written = coordinator(ctx).alter_other_configs(group_id, to_set, to_delete,
+                                                   ctx.services.clock())
+    await sync_written(ctx, [written])
+    return ErrorCode.none, None
 
 
 HANDLERS: dict[int, Handler] = {

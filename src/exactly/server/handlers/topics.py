@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from exactly.log.errors import LogError
+from exactly.log.topic_config import describe as describe_configs
 from exactly.protocol.apis import ApiKey
 from exactly.protocol.errors import ErrorCode
 from exactly.server.acl.model import Operation, ResourceType
@@ -45,14 +46,18 @@ def _check_placement(ctx: RequestContext, replication_factor: int,
     return None
 
 
-def _created_configs(ctx: RequestContext, name: str) -> tuple[Any, ...] | None:
-    """The new topic's configs, which CreateTopics v5+ returns."""
+def _created_configs(ctx: RequestContext, name: str, info: Any) -> tuple[Any, ...] | None:
+    """The new topic's configs, which CreateTopics v5+ returns (validate_only: the configs it
+    would have; the topic does not exist, `info` says what it would be)."""
     if not hasattr(ctx.response_module, "CreatableTopicConfigs"):
         return None
+    logs = ctx.services.logs
+    entries = (logs.describe_topic_configs(name) if logs.topic(name) is not None
+               else describe_configs(logs.default_config, info.configs))
     return tuple(
         ctx.nested("CreatableTopicConfigs", name=e.name, value=e.value, read_only=e.read_only,
                    config_source=SOURCE.get(e.source, 5), is_sensitive=e.sensitive)
-        for e in ctx.services.logs.describe_topic_configs(name))
+        for e in entries)
 
 
 async def handle_create_topics(ctx: RequestContext,
@@ -60,8 +65,23 @@ async def handle_create_topics(ctx: RequestContext,
     logs = ctx.services.logs
     results = []
     cluster_create = ctx.authorize(Operation.CREATE)
+    names = [t.name for t in request.topics]
+    duplicates = {n for n in names if names.count(n) > 1}
+    # v5+: a failed topic answers an empty list of configs (not null), as Kafka
+    no_configs = () if hasattr(ctx.response_module, "CreatableTopicConfigs") else None
     for t in request.topics:
-        error, message, info, configs = ErrorCode.none, None, None, None
+        if t.name in duplicates:
+            # Kafka: a name given twice is refused once, with INVALID_REQUEST, and not created
+            if t.name in names:
+                names = [n for n in names if n != t.name]
+                results.append(ctx.nested(
+                    "CreatableTopicResult", name=t.name, topic_id=None,
+                    error_code=ErrorCode.invalid_request,
+                    error_message="Duplicate topic name.", num_partitions=-1,
+                    replication_factor=-1, configs=no_configs,
+                    topic_config_error_code=ErrorCode.none))
+            continue
+        error, message, info, configs = ErrorCode.none, None, None, no_configs
         config_error = ErrorCode.none
         placement = _check_placement(ctx, t.replication_factor, t.assignments)
         num_partitions: int = t.num_partitions
@@ -84,10 +104,11 @@ async def handle_create_topics(ctx: RequestContext,
                                          validate_only=request.validate_only)
                 if not request.validate_only:
                     log.info("created topic %s with %d partition(s)", t.name, num_partitions)
-                    if ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
-                        configs = _created_configs(ctx, t.name)
-                    else:
-                        config_error = ErrorCode.topic_authorization_failed
+                # As Kafka: validate_only answers the configs the topic would have, too.
+                if ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+                    configs = _created_configs(ctx, t.name, info)
+                else:
+                    config_error = ErrorCode.topic_authorization_failed
             except LogError as exc:
                 error, message = exc.error_code, str(exc)
         results.append(ctx.nested(
@@ -117,8 +138,13 @@ async def handle_delete_topics(ctx: RequestContext,
                                                       target):
             error = ErrorCode.topic_authorization_failed
             info = None if name is None else info  # an id must not reveal the topic's name
-        elif info is None:
-            error = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+        elif info is None:  # Kafka says why, in its words
+            if name is None:
+                error = ErrorCode.unknown_topic_id
+                message = "This server does not host this topic ID."
+            else:
+                error = ErrorCode.unknown_topic_or_partition
+                message = "This server does not host this topic-partition."
         elif info.internal:
             error, message = ErrorCode.invalid_topic_exception, f"{info.name} is an internal topic"
         else:
@@ -149,6 +175,8 @@ async def handle_create_partitions(ctx: RequestContext,
                 logs.create_partitions(t.name, t.count, validate_only=request.validate_only)
             except LogError as exc:
                 error, message = exc.error_code, str(exc)
+                if error == ErrorCode.unknown_topic_or_partition:
+                    message = None  # as Kafka: an unknown topic comes without a message
         results.append(ctx.nested("CreatePartitionsTopicResult", name=t.name, error_code=error,
                                   error_message=message))
     return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))

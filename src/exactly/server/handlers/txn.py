@@ -47,7 +47,10 @@ _FENCED_SINCE = {
 def _for_version(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
     if error == ErrorCode.producer_fenced and ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
         return ErrorCode.invalid_producer_epoch
-    if error == ErrorCode.transaction_abortable and ctx.api_version < 5:
+    # AddPartitionsToTxn v4+ is the brokers' verification call: it knows TRANSACTION_ABORTABLE
+    # (KIP-890), as Kafka answers it; the broker maps it for the client's Produce version.
+    if (error == ErrorCode.transaction_abortable and ctx.api_version < 5
+            and ctx.api_key != ApiKey.ADD_PARTITIONS_TO_TXN):
         return ErrorCode.invalid_txn_state
     return error
 
@@ -59,8 +62,11 @@ async def handle_init_producer_id(ctx: RequestContext,
     enable_2pc = bool(getattr(request, "enable2_pc", False))
     keep_prepared_txn = bool(getattr(request, "keep_prepared_txn", False))
     if request.transactional_id is None:
-        if enable_2pc or keep_prepared_txn:
-            return _init_response(ctx, ErrorCode.invalid_request)  # 2PC needs a transactional id
+        # An idempotent producer takes part in no transaction: Enable2Pc means nothing to it and
+        # is ignored, as Kafka 4.4 does. KeepPreparedTxn (KIP-939, which Kafka lacks) has no
+        # transaction to keep: refused.
+        if keep_prepared_txn:
+            return _init_response(ctx, ErrorCode.invalid_request)
         # Kafka 3+: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679).
         if not ctx.authorize(Operation.IDEMPOTENT_WRITE) and not ctx.authorize_any(
                 Operation.WRITE, ResourceType.TOPIC):
@@ -288,13 +294,14 @@ async def handle_write_txn_markers(ctx: RequestContext,
 
 async def handle_describe_transactions(ctx: RequestContext, request: DescribeTransactionsRequest,
                                        ) -> ResponsePayload:
+    # An error answers the schema's defaults (producer id and epoch 0, no start time), as Kafka.
     states = []
     for txn_id in request.transactional_ids:
         if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
             states.append(ctx.nested(
                 "TransactionState", error_code=ErrorCode.transactional_id_authorization_failed,
                 transactional_id=txn_id, transaction_state="", transaction_timeout=NO_THROTTLE,
-                transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=()))
+                transaction_start_time=_time(0), producer_id=0, producer_epoch=0, topics=()))
             continue
         # An answered commit shows as complete.
         await ctx.services.transactions.wait_for_markers(txn_id)
@@ -303,7 +310,7 @@ async def handle_describe_transactions(ctx: RequestContext, request: DescribeTra
             states.append(ctx.nested(
                 "TransactionState", error_code=ErrorCode.transactional_id_not_found,
                 transactional_id=txn_id, transaction_state="", transaction_timeout=NO_THROTTLE,
-                transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1, topics=()))
+                transaction_start_time=_time(0), producer_id=0, producer_epoch=0, topics=()))
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(meta.partitions):
@@ -337,9 +344,14 @@ async def handle_list_transactions(ctx: RequestContext,
     pattern = getattr(request, "transactional_id_pattern", None)
     try:
         regex = re.compile(pattern) if pattern else None
-    except re.error:
-        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
+    except re.error:  # KIP-1152: Kafka answers INVALID_REGULAR_EXPRESSION
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.invalid_regular_expression,
                             unknown_state_filters=(), transaction_states=())
+    if request.state_filters and not wanted:
+        # Only unknown states asked for: no transaction is in one of them (Kafka lists none).
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                            unknown_state_filters=unknown, transaction_states=())
     listed = ctx.services.txn.list_transactions(
         wanted or None, set(request.producer_id_filters) or None,
         getattr(request, "duration_filter", -1), now_ms=ctx.services.clock())
@@ -369,7 +381,9 @@ async def handle_describe_producers(ctx: RequestContext,
             if plog is None:
                 parts.append(ctx.nested("PartitionResponse", partition_index=p,
                                         error_code=ErrorCode.unknown_topic_or_partition,
-                                        error_message=None, active_producers=()))
+                                        error_message=None if info is not None else
+                                        "This server does not host this topic-partition.",
+                                        active_producers=()))
                 continue
             producers = tuple(
                 ctx.nested("ProducerState", producer_id=e.producer_id, producer_epoch=e.epoch,
