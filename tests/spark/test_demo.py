@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXACTLY = Path(sys.executable).parent / "exactly"
 
 
@@ -49,6 +51,7 @@ def test_demo_survives_a_driver_kill_and_verifies() -> None:
     assert "driver kills: 1" in out
 
 
+@pytest.mark.timeout(600)  # seven JVMs and three restarts: over 300 s while the suite runs beside
 def test_demo_on_a_cluster_survives_driver_executor_and_worker_kills() -> None:
     """`exactly demo --cluster 2`: a standalone master and two workers on this machine; the
     kills take turns: the driver, an executor JVM, a whole worker."""

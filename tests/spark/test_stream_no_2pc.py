@@ -215,10 +215,15 @@ def test_commit_after_the_timeout_is_reported_lost(broker_v2: EmbeddedBroker,
     """The known risk: batch 3 is decided, then its commit waits longer than
     transaction.timeout.ms, and the broker aborts its transactions. The query fails with
     BatchOutputLost; the restart logs the loss again, does not write the batch twice, and
-    goes on."""
+    goes on.
+
+    The timeout is 30 s, not shorter: every batch's transactions live under it, and on a busy
+    machine a batch that is not paused has taken more than 10 s from its first write to its
+    commit (batch 0 was then reported lost instead of batch 3). The pause is longer than the
+    whole timeout, so batch 3's transactions time out whatever the machine's speed."""
     pipe = ResumePipeline(broker_v2.bootstrap, tmp_path,
-                          **{"kafka.transaction.timeout.ms": "10000"})
-    assert pipe.run("spark.driver.after_decision=pause:16@3") not in (0, -9)
+                          **{"kafka.transaction.timeout.ms": "30000"})
+    assert pipe.run("spark.driver.after_decision=pause:32@3") not in (0, -9)
     assert "BatchOutputLost: batch 3" in pipe.output, pipe.output[-6000:]
     assert "event=spark_batch_output_lost transactional_id=exactly-spark-" in pipe.output
     assert pipe.run() == 0
