@@ -3,6 +3,7 @@ EmbeddedBroker harness itself (restart after kill -9 keeps the data and the port
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import uuid
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from exactly.testing import EmbeddedBroker
+from exactly.testing.ports import ephemeral_range
 
 
 def exactly(
@@ -217,6 +219,32 @@ def test_embedded_broker_kill_restart_keeps_data_and_port(tmp_path):
         assert b.starts == 3
     assert not b.running
     assert data.exists()  # a given data dir is the caller's: kept
+
+
+def test_embedded_broker_ports_lie_outside_the_ephemeral_range_and_a_taken_one_is_replaced():
+    """A reconnecting client is never given the broker's port as its own source port (TCP
+    simultaneous open would connect it to itself, and the broker could not listen again)."""
+    low, high = ephemeral_range()
+    with EmbeddedBroker(settings={"listeners": "PLAINTEXT://127.0.0.1:0"}) as b:
+        ports = [port for _host, port in b.listener_addresses.values()]
+        assert len(ports) == 1 and not any(low <= port <= high for port in ports), ports
+        b.kill()
+        assert [p for _h, p in b.listener_addresses.values()] == ports
+        b.start()  # restarts keep them
+        assert [p for _h, p in b.listener_addresses.values()] == ports
+    with EmbeddedBroker() as b:
+        assert not low <= b.port <= high, b.port
+        port = b.port
+        b.kill()
+        squatter = socket.socket()
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        try:
+            b.start()  # the old port was taken meanwhile: another one outside the range
+        finally:
+            squatter.close()
+        assert b.port != port and not low <= b.port <= high, (port, b.port)
+        assert f"port {port} is taken; starting on another free port" in b.log_text()
 
 
 def test_embedded_broker_stop_is_graceful_and_temp_dir_removed():

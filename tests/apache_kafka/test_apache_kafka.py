@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from exactly.testing.kafka import ApacheKafka, _ephemeral_range, metadata_brokers, report_sections
+from exactly.testing.kafka import ApacheKafka, metadata_brokers, report_sections
+from exactly.testing.ports import ephemeral_range
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -107,7 +108,7 @@ def test_three_nodes_keep_serving_acks_all_writes_when_a_node_is_killed(
 
 def test_a_port_taken_before_the_first_start_is_replaced(tmp_path) -> None:  # type: ignore[no-untyped-def]
     kafka = ApacheKafka(data_dir=tmp_path)
-    low, _high = _ephemeral_range()
+    low, _high = ephemeral_range()
     assert all(p < low for p in [*kafka.ports.values(), *kafka.controller_ports.values()])
     # Kafka's JVM binds 127.0.0.1 as the IPv4-mapped IPv6 address: squat on that.
     squatter = socket.socket(socket.AF_INET6)

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import socket
 import ssl
 import struct
 from typing import Any, NamedTuple
@@ -65,6 +66,15 @@ class Sent(NamedTuple):
     future: asyncio.Future[Any]
 
 
+def _connected_to_itself(transport: asyncio.BaseTransport) -> bool:
+    """A socket whose source and destination are the same address and port: with the broker
+    down and its port inside the kernel's ephemeral range, a reconnect can draw that port as its
+    own and, by TCP's simultaneous open, connect to itself. Its requests would come back as
+    answers, and it would hold the port the broker needs to listen on again."""
+    local, peer = transport.get_extra_info("sockname"), transport.get_extra_info("peername")
+    return local is not None and peer is not None and local[:2] == peer[:2]
+
+
 class BrokerConnection:
     """Send requests (kio entities, or bodies encoded by hand: fast_requests), get kio response
     entities.
@@ -105,7 +115,7 @@ class BrokerConnection:
             # asyncio.timeout, not asyncio.wait_for: on Python 3.11 wait_for returns the
             # connection to a caller cancelled as it opens, and the caller went on.
             async with asyncio.timeout(connect_timeout_ms / 1000):
-                _, conn._frames = await loop.create_connection(
+                transport, conn._frames = await loop.create_connection(
                     lambda: _Frames(conn), host, port, **tls)
         except ssl.SSLError as exc:
             raise AuthenticationError(
@@ -114,6 +124,15 @@ class BrokerConnection:
                 "(or set ssl.endpoint.identification.algorithm=none)") from exc
         except (OSError, TimeoutError) as exc:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
+        if _connected_to_itself(transport):
+            # Reset, not closed: a close would leave the port in TIME_WAIT for a minute.
+            sock = transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+            raise KafkaConnectionError(
+                f"cannot connect to {host}:{port}: connected to itself (nothing listens there, and "
+                "the kernel gave this socket that very port as its source port: TCP simultaneous "
+                "open); dropped, so the broker can bind its port again")
         try:
             await conn._negotiate()
             if security.sasl:

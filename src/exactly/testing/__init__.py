@@ -41,6 +41,7 @@ from typing import IO, TYPE_CHECKING, Any, Self
 from exactly import failpoints
 from exactly.testing.kafka import ApacheKafka as ApacheKafka
 from exactly.testing.kafka import KafkaStartError as KafkaStartError
+from exactly.testing.ports import free_port
 from exactly.testing.spark_connect import SparkConnectServer as SparkConnectServer
 from exactly.testing.spark_connect import SparkConnectStartError as SparkConnectStartError
 
@@ -130,21 +131,30 @@ class EmbeddedBroker:
         return self.process is not None and self.process.poll() is None
 
     def start(self) -> Self:
-        """Start the process and return once it accepts connections."""
+        """Start the process and return once it accepts connections.
+
+        Port 0 means a port outside the kernel's ephemeral range (`exactly.testing.ports`), chosen
+        at the first start and kept by restarts: clients reconnecting to a restarted broker cannot
+        draw it as their own source port and connect to themselves."""
         if self.running:
             raise RuntimeError(f"broker already running on {self.bootstrap}")
         # After a first start, ask for the port clients already know.
         port = self.port if self.starts else self._requested_port
-        log_size = self.log_path.stat().st_size if self.log_path.exists() else 0
-        try:
-            self._spawn(port)
-        except BrokerStartError:
-            if port == 0 or self._requested_port != 0 or not self._port_taken(log_size):
-                raise
-            # Another process took the old port meanwhile: any port will do.
-            self._note(f"port {port} is taken; starting on a free port")
-            self._spawn(0)
-        return self
+        for attempt in range(5):
+            if port == 0:
+                port = free_port(self._requested_host)
+            log_size = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                self._spawn(port)
+                return self
+            except BrokerStartError:
+                if self._requested_port != 0 or attempt == 4 or not self._port_taken(log_size):
+                    raise
+            # Another process took the port between its choice and the bind, or took the old
+            # port while the broker was down: any other port will do.
+            self._note(f"port {port} is taken; starting on another free port")
+            port = 0
+        raise AssertionError("unreachable")
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM and wait; SIGKILL if it does not end in `timeout` s. Returns the exit code."""
@@ -238,13 +248,16 @@ class EmbeddedBroker:
         return cmd
 
     def _listeners_again(self, text: str) -> str:
-        """listeners with each port 0 replaced by the port bound before, so restarts keep them."""
+        """listeners with each port 0 replaced by the port bound before, so restarts keep them,
+        or at the first start by a free port outside the ephemeral range."""
         out = []
         for part in text.split(","):
             name, _, rest = part.strip().partition("://")
             bound = self.listener_addresses.get(name.upper())
-            if bound is not None and rest.endswith(":0"):
-                part = f"{name}://{rest[:-2]}:{bound[1]}"
+            if rest.endswith(":0"):
+                host = rest[:-2]
+                port = bound[1] if bound is not None else free_port(host.strip("[]") or "0.0.0.0")
+                part = f"{name}://{host}:{port}"
             out.append(part.strip())
         return ",".join(out)
 

@@ -33,7 +33,6 @@ import atexit
 import base64
 import contextlib
 import os
-import random
 import shutil
 import signal
 import socket
@@ -47,6 +46,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
+
+from exactly.testing.ports import NoFreePort, free_port
 
 KEEP_ENV = "EXACTLY_KEEP_BROKER_DATA"  # set to 1 to keep temporary data dirs for a post-mortem
 ROOT = Path(__file__).resolve().parents[3]  # the repository, when run from a checkout
@@ -128,33 +129,11 @@ def java_command() -> str:
     return found
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def _node_port(host: str, taken: set[int]) -> int:
     try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
-def _free_port(host: str, taken: set[int]) -> int:
-    """A port free now and outside the kernel's ephemeral range: a client reconnecting to a
-    killed node's port must not be given that very port as its own source port (TCP
-    simultaneous open connects it to itself, and the node cannot bind again)."""
-    low, high = _ephemeral_range()
-    lo, hi = (10000, low - 1) if low > 12000 else (high + 1, 65535)
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randint(lo, hi)
-        if port in taken:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        taken.add(port)
-        return port
-    raise KafkaStartError(f"no free port found in {lo}-{hi} on {host}")
+        return free_port(host, taken)
+    except NoFreePort as exc:
+        raise KafkaStartError(str(exc)) from exc
 
 
 def _cluster_id() -> str:
@@ -366,8 +345,8 @@ class ApacheKafka:
 
     def _pick_ports(self) -> None:
         taken: set[int] = set()
-        self.ports = {n: _free_port(self.host, taken) for n in self.node_ids}
-        self.controller_ports = {n: _free_port(self.host, taken) for n in self.node_ids}
+        self.ports = {n: _node_port(self.host, taken) for n in self.node_ids}
+        self.controller_ports = {n: _node_port(self.host, taken) for n in self.node_ids}
 
     def _port_taken(self, ids: list[int]) -> bool:
         return any("Address already in use" in self.log_tail(n, 400) for n in ids)
