@@ -135,6 +135,13 @@ def test_error_codes_classified_as_kafka_does(code, api, resumed, kind):
     assert classify(code, api, resumed=resumed) is kind
 
 
+@pytest.mark.parametrize("api", ["AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit",
+                                 "EndTxn"])
+def test_an_unmapped_producer_id_is_fatal_under_transaction_version_2(api):
+    """KAFKA-18019: abortable (KIP-360) only under transaction version 1."""
+    assert classify(ErrorCode.invalid_producer_id_mapping, api, tv2=True) is Kind.FATAL
+
+
 def test_error_for_names_the_identity_and_what_to_do():
     fenced = error_for(ErrorCode.producer_fenced, "EndTxn", transactional_id="t", producer_id=4,
                        epoch=2)

@@ -695,7 +695,8 @@ class AsyncTransactionSession:
                      self._txn_id, self._producer_id, self._epoch)
             return
         error = error_for(code, "EndTxn", transactional_id=self._txn_id,
-                          producer_id=self._producer_id, epoch=self._epoch, resumed=self._resumed)
+                          producer_id=self._producer_id, epoch=self._epoch, resumed=self._resumed,
+                          tv2=bool(self._tv2))
         self._machine.fail(error)
         raise error
 
@@ -739,7 +740,7 @@ class AsyncTransactionSession:
                 remaining = max(deadline - time.monotonic(), 0.001)
                 response = await conn.send(request(conn), timeout=remaining)
                 code = error_of(response)
-                kind = classify(code, api, resumed=self._resumed)
+                kind = classify(code, api, resumed=self._resumed, tv2=bool(self._tv2))
                 last = ""  # error_name(code), when it is needed
             except KafkaTimeoutError:
                 raise KafkaTimeoutError(f"transactional id {self._txn_id!r}: {api} got no answer "
@@ -752,7 +753,7 @@ class AsyncTransactionSession:
                 raise
             except KafkaError as exc:  # FindCoordinator answered an error
                 code = exc.code
-                kind = classify(code, api, resumed=self._resumed)
+                kind = classify(code, api, resumed=self._resumed, tv2=bool(self._tv2))
                 last = str(exc)
             if kind is Kind.NONE or code in accept:
                 return response
@@ -769,7 +770,7 @@ class AsyncTransactionSession:
                 continue
             error = error_for(code, api, transactional_id=self._txn_id,
                               producer_id=self._producer_id, epoch=self._epoch,
-                              resumed=self._resumed)
+                              resumed=self._resumed, tv2=bool(self._tv2))
             self._machine.fail(error)
             raise error
 

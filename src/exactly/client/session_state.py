@@ -199,12 +199,15 @@ _ABORTABLE = {
     ErrorCode.group_authorization_failed, ErrorCode.unknown_producer_id,
     ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.fenced_instance_id,
 }
-# Calls that add to the open transaction: a producer id the coordinator does not map (KIP-360)
-# can be cleared by aborting. Ending a transaction with such an id cannot.
+# Calls that add to the open transaction: under transaction version 1, a producer id the
+# coordinator does not map (KIP-360) can be cleared by aborting. Ending a transaction with such
+# an id cannot; and under transaction version 2 it is fatal for every call (KAFKA-18019, after
+# KIP-890): the id was expired or taken over, and a session that aborted and went on could
+# process again what the session that took over has already processed.
 _ADDING = {"AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit"}
 
 
-def classify(code: int, api: str, *, resumed: bool = False) -> Kind:
+def classify(code: int, api: str, *, resumed: bool = False, tv2: bool = False) -> Kind:
     if code == ErrorCode.none:
         return Kind.NONE
     if code in _REDISCOVER:
@@ -214,7 +217,7 @@ def classify(code: int, api: str, *, resumed: bool = False) -> Kind:
     if code in _ABORTABLE:
         return Kind.ABORTABLE
     if code == ErrorCode.invalid_producer_id_mapping:
-        return Kind.ABORTABLE if api in _ADDING and not resumed else Kind.FATAL
+        return Kind.ABORTABLE if api in _ADDING and not (resumed or tv2) else Kind.FATAL
     try:
         retriable = bool(ErrorCode(code).retriable)
     except ValueError:
@@ -240,9 +243,9 @@ _ADVICE: dict[int, str] = {
 
 
 def error_for(code: int, api: str, *, transactional_id: str, producer_id: int, epoch: int,
-              resumed: bool = False) -> TransactionError:
+              resumed: bool = False, tv2: bool = False) -> TransactionError:
     """The exception a final error code of a transaction RPC stands for."""
-    kind = classify(code, api, resumed=resumed)
+    kind = classify(code, api, resumed=resumed, tv2=tv2)
     where = (f"transactional id {transactional_id!r} (producer id {producer_id}, epoch {epoch}): "
              f"{api} failed with {error_name(code)}")
     if kind is Kind.FENCED:
