@@ -18,6 +18,7 @@ from exactly.protocol.framing import (
     decode_request,
     encode_request,
 )
+from exactly.protocol.produce_request import decode_produce_in_place
 from exactly.protocol.records import Record, build_batch
 
 
@@ -94,3 +95,113 @@ def test_requests_kio_encodes_pass(api_key: int, version: int, request_: object)
     frame = encode_request(RequestHeader(api_key, version, 3, "c"), request_)
     _header, decoded = decode_request(frame[4:])
     assert decoded == request_
+
+
+# -- Apache Kafka 4.4's absolute caps (MessageUtil.MAX_ARRAY_LENGTH, MAX_TAGGED_FIELD_COUNT) ----
+# A request within the remaining-bytes check but over a cap: a million and one empty strings
+# take a million and one bytes, ten thousand and one tagged fields twenty thousand.
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def _describe_groups(version: int, count: int) -> bytes:
+    """DescribeGroups with `count` empty group names: one byte each in v5 (a compact string),
+    two in v0."""
+    if version >= 5:
+        body = _uvarint(count + 1) + b"\x01" * count + b"\x00" + b"\x00"
+    else:
+        body = struct.pack(">i", count) + b"\x00\x00" * count
+    return _frame(ApiKey.DESCRIBE_GROUPS, version, body, flexible=version >= 5)
+
+
+@pytest.mark.parametrize("version", [0, 5])
+def test_an_array_over_kafkas_cap_is_malformed_though_it_fits(version: int) -> None:
+    cap = array_guard.MAX_ARRAY_LENGTH
+    assert cap == 1_000_000
+    with pytest.raises(MalformedRequest, match=(
+            "Tried to read a collection of size 1000001, which exceeds the maximum allowed "
+            "size of 1000000")):
+        decode_request(_describe_groups(version, cap + 1))
+    _header, request = decode_request(_describe_groups(version, cap))
+    assert len(request.groups) == cap  # type: ignore[attr-defined]
+
+
+def test_an_array_in_a_tagged_field_has_the_cap_too() -> None:
+    """The interpreted walk (tagged fields' values) checks the cap as the compiled one does."""
+    step = ("array", ("fixed", 1))  # a compact array of int8
+    over = _uvarint(1_000_002) + b"\x00" * 1_000_001
+    with pytest.raises(array_guard.ArrayTooLong, match="exceeds the maximum allowed size"):
+        array_guard._walk(step, True, over, 0, len(over))
+    at_cap = _uvarint(1_000_001) + b"\x00" * 1_000_000
+    assert array_guard._walk(step, True, at_cap, 0, len(at_cap)) == len(at_cap)
+
+
+def _fetch_with_cluster_ids(count: int) -> bytes:
+    """Fetch v12 whose tagged fields are `count` times its ClusterId (tag 0): Kafka's generated
+    reader takes a repeated tag, the last one wins."""
+    cls = request_class(ApiKey.FETCH, 12)
+    request = cls(max_wait=datetime.timedelta(milliseconds=5), min_bytes=1, topics=(),
+                  forgotten_topics_data=(), cluster_id=None)
+    frame = encode_request(RequestHeader(ApiKey.FETCH, 12, 3, "c"), request)[4:]
+    assert frame.endswith(b"\x00")  # no tagged field: the count 0 ends the body
+    return frame[:-1] + _uvarint(count) + b"\x00\x02\x02c" * count
+
+
+def test_tagged_fields_over_kafkas_cap_are_malformed() -> None:
+    cap = array_guard.MAX_TAGGED_FIELD_COUNT
+    assert cap == 10_000
+    with pytest.raises(MalformedRequest, match=(
+            "Tried to read 10001 tagged fields, which exceeds the maximum allowed count of "
+            "10000")):
+        decode_request(_fetch_with_cluster_ids(cap + 1))
+    _header, request = decode_request(_fetch_with_cluster_ids(cap))
+    assert request.cluster_id == "c"  # type: ignore[attr-defined]
+
+
+def _header_tags(count: int, present: int | None = None) -> bytes:
+    """DescribeGroups v5 for one group, its request header (v2) claiming `count` tagged fields
+    of no bytes (tag 5), `present` of them there (all by default)."""
+    header = struct.pack(">hhih", ApiKey.DESCRIBE_GROUPS, 5, 1, 1) + b"c"
+    body = _uvarint(2) + b"\x02g" + b"\x00" + b"\x00"
+    fields = b"\x05\x00" * (count if present is None else present)
+    return header + _uvarint(count) + fields + body
+
+
+def test_request_header_tagged_fields_over_kafkas_cap_are_malformed() -> None:
+    cap = array_guard.MAX_TAGGED_FIELD_COUNT
+    with pytest.raises(MalformedRequest, match="10001 tagged fields, which exceeds"):
+        decode_request(_header_tags(cap + 1))
+    _header, request = decode_request(_header_tags(cap))
+    assert request.groups == ("g",)  # type: ignore[attr-defined]
+    # More fields claimed than bytes left: refused before any is read, as Kafka does.
+    with pytest.raises(MalformedRequest, match="but there are only"):
+        decode_request(_header_tags(50, present=1))
+
+
+def _produce_topics(count: int, present: int | None = None) -> bytes:
+    """Produce v9 claiming `count` topics of empty names and no partitions (three bytes each),
+    `present` of them there (all by default)."""
+    topics = b"\x01\x01\x00" * (count if present is None else present)
+    body = b"\x00" + struct.pack(">hi", 1, 1000) + _uvarint(count + 1) + topics + b"\x00"
+    return _frame(ApiKey.PRODUCE, 9, body)
+
+
+def test_produce_decoded_in_place_has_the_same_cap() -> None:
+    """The broker decodes a large Produce with its records in place, not through decode_request:
+    the same request is refused either way."""
+    cap = array_guard.MAX_ARRAY_LENGTH
+    frame = _produce_topics(cap + 1)
+    for decode in (decode_request, lambda f: decode_produce_in_place(memoryview(f))):
+        with pytest.raises(MalformedRequest, match="exceeds the maximum allowed size"):
+            decode(frame)
+    # Fewer elements than claimed, in either decoder: the bytes left decide first.
+    short = _produce_topics(50, present=1)
+    for decode in (decode_request, lambda f: decode_produce_in_place(memoryview(f))):
+        with pytest.raises(MalformedRequest, match="elements"):
+            decode(short)

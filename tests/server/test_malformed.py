@@ -161,6 +161,33 @@ def test_huge_array_inside_a_produce(broker):
     _expect_closed(broker, struct.pack(">i", len(body)) + body)
 
 
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def test_array_over_kafkas_million_element_cap(broker):
+    # DescribeGroups v5: 1,000,001 empty group names, one byte each. They fit in the frame, but
+    # Kafka 4.4's readers refuse an array of more than 1,000,000 elements
+    # (MessageUtil.MAX_ARRAY_LENGTH): the connection is closed.
+    count = 1_000_001
+    body = (struct.pack(">hhih", ApiKey.DESCRIBE_GROUPS, 5, 1, -1) + b"\0"
+            + _uvarint(count + 1) + b"\x01" * count + b"\0\0")
+    _expect_closed(broker, struct.pack(">i", len(body)) + body)
+
+
+def test_request_header_with_more_than_kafkas_tagged_field_cap(broker):
+    # 10,001 empty tagged fields in the request header (MessageUtil.MAX_TAGGED_FIELD_COUNT is
+    # 10,000), before a well-formed DescribeGroups v5 body.
+    count = 10_001
+    body = (struct.pack(">hhih", ApiKey.DESCRIBE_GROUPS, 5, 1, -1)
+            + _uvarint(count) + b"\x05\x00" * count + _uvarint(2) + b"\x02g" + b"\0\0")
+    _expect_closed(broker, struct.pack(">i", len(body)) + body)
+
+
 def test_string_longer_than_frame(broker):
     body = struct.pack(">hhih", ApiKey.METADATA, 4, 1, 500) + b"abc"
     _expect_closed(broker, struct.pack(">i", len(body)) + body)

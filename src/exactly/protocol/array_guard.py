@@ -8,11 +8,19 @@ handler, which no `except` can catch). Apache Kafka refuses such a frame and clo
 there are only M bytes remaining"); so does Exactly, by walking the body with this module first.
 
 Each element of an array takes at least one byte, so an array may not claim more elements than
-there are bytes left in the frame. The walk reads only lengths: strings, bytes and records are
-skipped by their sizes, and fixed-size fields by their widths, so it costs a few steps per array
-element whatever the request holds (a Produce's records are one step). It follows kio's schema of
-the request class: the `kafka_type` of each field, nested entities, and the tagged fields of
-flexible versions (KIP-482), whose values are walked inside their own sizes.
+there are bytes left in the frame. Past that, Apache Kafka 4.4's generated readers have absolute
+caps (MessageUtil.MAX_ARRAY_LENGTH and MAX_TAGGED_FIELD_COUNT, checked after the remaining-bytes
+check): an array (legacy or compact, nullable or not, keyed collections included, in the body or
+inside a tagged field) of more than 1,000,000 elements, and a tagged-field section of more than
+10,000 fields (every struct's, and the request header's: framing.py), are refused with Kafka's
+messages, even where the elements would fit in the frame (a million empty strings are a million
+bytes). Such a request gets the connection closed, as Kafka's InvalidRequestException does.
+
+The walk reads only lengths: strings, bytes and records are skipped by their sizes, and
+fixed-size fields by their widths, so it costs a few steps per array element whatever the request
+holds (a Produce's records are one step). It follows kio's schema of the request class: the
+`kafka_type` of each field, nested entities, and the tagged fields of flexible versions
+(KIP-482), whose values are walked inside their own sizes.
 """
 
 from __future__ import annotations
@@ -31,6 +39,27 @@ _FIXED = {"bool": 1, "int8": 1, "int16": 2, "error_code": 2, "uint16": 2, "int32
           "timedelta_i64": 8, "datetime_i64": 8, "uuid": 16}
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+
+# Apache Kafka's MessageUtil.MAX_ARRAY_LENGTH and MAX_TAGGED_FIELD_COUNT.
+MAX_ARRAY_LENGTH = 1_000_000
+MAX_TAGGED_FIELD_COUNT = 10_000
+
+
+def too_many_elements(count: int) -> str:
+    """Kafka's message for an array over MAX_ARRAY_LENGTH."""
+    return (f"Tried to read a collection of size {count}, which exceeds the maximum allowed size "
+            f"of {MAX_ARRAY_LENGTH}.")
+
+
+def check_tagged_field_count(count: int, remaining: int) -> str | None:
+    """Kafka's checks of a tagged-field section's count, before any field is read: the error
+    message, or None if the count is allowed."""
+    if count > remaining:
+        return f"Tried to read {count} tagged fields, but there are only {remaining} bytes remaining."
+    if count > MAX_TAGGED_FIELD_COUNT:
+        return (f"Tried to read {count} tagged fields, which exceeds the maximum allowed count of "
+                f"{MAX_TAGGED_FIELD_COUNT}.")
+    return None
 
 
 class ArrayTooLong(ValueError):
@@ -117,7 +146,8 @@ def _compiled(cls: type) -> Any:
         lines.append("    return pos")
     namespace: dict[str, Any] = {
         "ArrayTooLong": ArrayTooLong, "_uvarint": _uvarint, "_I16": _I16, "_I32": _I32,
-        "_entity_tags": _entity_tags, "CLS": cls, "_compiled": _compiled}
+        "_entity_tags": _entity_tags, "CLS": cls, "_compiled": _compiled,
+        "MAX_ARRAY_LENGTH": MAX_ARRAY_LENGTH, "too_many_elements": too_many_elements}
     entities: dict[str, type] = {}
     _collect(steps, entities)
     namespace.update(entities)
@@ -160,7 +190,8 @@ def _code(step: _Step, flexible: bool, indent: str, depth: int) -> list[str]:
         return [*read, f"{indent}if {n} > 0: pos += {n}"]
     inner_kind, inner_arg = arg
     out = [*read, (f"{indent}if {n} > end - pos: raise ArrayTooLong("
-                   f"f'an array claims {{{n}}} elements with {{end - pos}} bytes left')")]
+                   f"f'an array claims {{{n}}} elements with {{end - pos}} bytes left')"),
+           f"{indent}if {n} > MAX_ARRAY_LENGTH: raise ArrayTooLong(too_many_elements({n}))"]
     if inner_kind == "fixed":
         return [*out, f"{indent}if {n} > 0: pos += {n} * {inner_arg}"]
     out.append(f"{indent}for _ in range({n}):")
@@ -172,8 +203,9 @@ def _entity_tags(cls: type, frame: Any, pos: int, end: int) -> int:
     """The tagged-field section of a flexible entity, at `pos`: walked by the plan."""
     _steps, tagged, _flexible = _plan(cls)
     count, pos = _uvarint(frame, pos, end)
-    if count > end - pos:
-        raise ArrayTooLong(f"{count} tagged fields in {end - pos} bytes")
+    error = check_tagged_field_count(count, end - pos)
+    if error is not None:
+        raise ArrayTooLong(error)
     for _ in range(count):
         tag, pos = _uvarint(frame, pos, end)
         size, pos = _uvarint(frame, pos, end)
@@ -239,6 +271,8 @@ def _walk(step: _Step, flexible: bool, frame: Any, pos: int, end: int) -> int:
             pos += 4
         if count > end - pos:
             raise ArrayTooLong(f"an array claims {count} elements with {end - pos} bytes left")
+        if count > MAX_ARRAY_LENGTH:
+            raise ArrayTooLong(too_many_elements(count))
         for _ in range(max(0, count)):
             pos = _walk(arg, flexible, frame, pos, end)
     if pos > end:

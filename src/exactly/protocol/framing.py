@@ -17,7 +17,7 @@ from kio.serial import entity_reader, entity_writer
 
 from exactly.protocol import array_guard
 from exactly.protocol.apis import ApiKey, request_class, response_class
-from exactly.protocol.array_guard import ArrayTooLong
+from exactly.protocol.array_guard import ArrayTooLong, check_tagged_field_count
 from exactly.protocol.fast_requests import Encoded
 from exactly.protocol.primitives import read_uvarint
 
@@ -47,8 +47,12 @@ def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 
 def _read_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:
-    """Skip a tagged-field section (KIP-482); the header carries no tags we act on."""
+    """Skip a tagged-field section (KIP-482); the header carries no tags we act on. Its count is
+    checked first, as Kafka's generated readers do (array_guard.py)."""
     count, pos = _read_uvarint(frame, pos)
+    error = check_tagged_field_count(count, len(frame) - pos)
+    if error is not None:
+        raise MalformedRequest(error)
     for _ in range(count):
         _tag, pos = _read_uvarint(frame, pos)
         size, pos = _read_uvarint(frame, pos)

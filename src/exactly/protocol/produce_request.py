@@ -28,6 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from exactly.protocol.apis import ApiKey, request_class
+from exactly.protocol.array_guard import MAX_ARRAY_LENGTH, too_many_elements
 from exactly.protocol.framing import MalformedRequest, RequestHeader, parse_header, peek_header
 from exactly.protocol.primitives import read_uvarint
 
@@ -144,9 +145,16 @@ def _size(frame: memoryview, pos: int, flexible: bool, fixed: struct.Struct) -> 
 
 
 def _count(frame: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array's count, checked as array_guard checks every other request's (and Kafka's
+    generated readers): at most the bytes left, and at most MAX_ARRAY_LENGTH."""
     count, pos = _size(frame, pos, flexible, _I32)
     if count < 0:
         raise MalformedRequest("null array where an array is required")
+    if count > len(frame) - pos:
+        raise MalformedRequest(f"an array claims {count} elements with {len(frame) - pos} "
+                               f"bytes left")
+    if count > MAX_ARRAY_LENGTH:
+        raise MalformedRequest(too_many_elements(count))
     return count, pos
 
 

@@ -190,8 +190,10 @@ class TransactionCoordinator:
         and the InitProducerId fence). PrepareEpochFence only lives in memory, as in Kafka."""
         new = meta.copy()
         new.transition(TxnState.PREPARE_EPOCH_FENCE)
-        # An ongoing transaction's epoch is at most Short.MaxValue - 1 (an exhausted id is
-        # rotated before it starts one), so the bump cannot overflow.
+        # The markers' epoch. A client begins a transaction at Short.MaxValue - 1 at most (an
+        # exhausted id is rotated first), so this is at most Short.MaxValue; only a version-1
+        # client that kept the Short.MaxValue of KeepPreparedTxn (KIP-939) begins one there,
+        # and its markers carry that epoch again: a partition takes a marker of its epoch.
         new.producer_epoch = min(meta.producer_epoch + 1, MAX_EPOCH)
         # As Kafka's abort with an epoch bump, the epoch before it is the last epoch: the fenced
         # producer itself may still recover with it (KIP-360 InitProducerId with its id and epoch:
@@ -209,8 +211,21 @@ class TransactionCoordinator:
             new.next_producer_id, new.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         # A kept transaction's client-facing identity stays NextProducerId/NextProducerEpoch;
         # the abort completes to it, so no id or epoch ever goes back.
-        log.info("event=txn_fence transactional_id=%r producer_id=%d epoch=%d",
-                 meta.transactional_id, new.producer_id, new.producer_epoch)
+        client_id, client_epoch = meta.client_identity
+        after = new.next_producer_epoch if meta.is_kept else new.producer_epoch
+        if after >= MAX_EPOCH:
+            # KAFKA-20090: the identity the abort completes to would be Short.MaxValue, with
+            # which no transaction can begin and still be fenced (a late EndTxn of the fenced
+            # producer, taken for a retry, was answered with it). The id rotates, as a
+            # version-2 EndTxn of an exhausted epoch does (KIP-890): the markers keep the old
+            # id, CompleteAbort records NextProducerId at epoch 0, and PrevProducerId keeps the
+            # client's old id so that its retried EndTxn is answered with the new one.
+            new.next_producer_id, new.next_producer_epoch = self.producer_ids.generate(), 0
+            new.prev_producer_id = client_id  # in the log: known again after a restart
+            new.last_producer_id, new.last_producer_epoch = client_id, client_epoch
+        log.info("event=txn_fence transactional_id=%r producer_id=%d epoch=%d "
+                 "next_producer_id=%d", meta.transactional_id, new.producer_id,
+                 new.producer_epoch, new.next_producer_id)
         return self._prepare_end(new, commit=False, now_ms=now_ms)
 
     def _prepare_end(self, new: TxnMetadata, *, commit: bool, now_ms: int) -> TxnMarkers | None:
@@ -383,6 +398,14 @@ class TransactionCoordinator:
                           and (state.is_prepare or state.is_complete)
                           and producer_id == meta.producer_id
                           and producer_epoch + 1 == meta.producer_epoch)
+        # Kafka's retryOnOverflow: the transaction completed to a rotated id (its client's epoch
+        # was spent); the client's retry names the old id, kept as PrevProducerId in the log, so
+        # it is recognised after a restart too, whoever ended the transaction (the client, or the
+        # coordinator's abort: KAFKA-20090).
+        retry = retry or (bump_epoch and state.is_complete and meta.producer_epoch == 0
+                          and producer_id == meta.prev_producer_id != NO_PRODUCER_ID
+                          and producer_id != meta.producer_id
+                          and is_epoch_exhausted(producer_epoch))
         if not retry:
             error = _check_identity(meta, producer_id, producer_epoch)
             if error is not None:
@@ -629,6 +652,11 @@ def _completed(prepared: TxnMetadata, now_ms: int) -> TxnMetadata:
         done.producer_id, done.producer_epoch = done.next_producer_id, done.next_producer_epoch
         done.next_producer_id, done.next_producer_epoch = NO_PRODUCER_ID, NO_PRODUCER_EPOCH
     client = done.last_producer_id
+    if client == NO_PRODUCER_ID and prepared.next_producer_id != NO_PRODUCER_ID:
+        # The client's identity is not in the log (as in Kafka) but, where it differs from the
+        # record's producer id or was rotated by the coordinator's abort, its id is PrevProducerId
+        # of the PrepareX record: after a restart a retry naming it is still recognised.
+        client = prepared.prev_producer_id
     done.prev_producer_id = client if client not in (NO_PRODUCER_ID, done.producer_id) \
         else NO_PRODUCER_ID
     return done

@@ -57,6 +57,12 @@ Identities:
   carries epoch + 1, the markers too, and the answer gives the client that identity, so a late
   write under the old epoch is fenced. When the epoch is spent the client gets NextProducerId
   with epoch 0, which CompleteX makes ProducerId.
+- No client is left holding Short.MaxValue for data: it is the epoch of the markers of a
+  transaction begun at Short.MaxValue - 1. So the coordinator's own abort (timeout, session,
+  the fence of InitProducerId, forceTerminate) rotates the id too when the identity it would
+  complete to is Short.MaxValue (KAFKA-20090): markers with the old id, CompleteAbort with
+  NextProducerId at epoch 0 and PrevProducerId, and the fenced client's retried EndTxn is
+  answered with the new id (Kafka's retryOnOverflow).
 - KIP-939 KeepPreparedTxn keeps an ongoing transaction across a client restart with two pairs:
   ProducerId/ProducerEpoch stay the transaction's own (its data and markers use them), and
   NextProducerId/NextProducerEpoch are the client's. Each such InitProducerId moves the client's

@@ -44,7 +44,11 @@ def end_kept(new: TxnMetadata, bump_epoch: bool, generate: Callable[[], int]) ->
     when its epoch is spent. PrevProducerId is the client's id where it differs from ProducerId,
     so that a retry of this EndTxn is recognised."""
     client_id, client_epoch = new.next_producer_id, new.next_producer_epoch
-    new.producer_epoch += 1  # at most Short.MaxValue: an exhausted id never began a transaction
+    # The markers' epoch: the kept transaction's + 1. It was begun at Short.MaxValue - 1 at most,
+    # except by a version-1 client that kept the Short.MaxValue of an earlier KeepPreparedTxn (its
+    # EndTxn answer carries no identity, so it cannot be rotated): those markers carry
+    # Short.MaxValue again, which a partition takes, rather than an epoch no int16 holds.
+    new.producer_epoch = min(new.producer_epoch + 1, MAX_EPOCH)
     if bump_epoch:
         if is_epoch_exhausted(client_epoch):
             new.next_producer_id, new.next_producer_epoch = generate(), 0
