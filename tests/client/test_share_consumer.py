@@ -1,12 +1,17 @@
 """Exactly's own ShareConsumer (KIP-932) against the broker over TCP: members sharing one
 partition, implicit and explicit acknowledgement, release (redelivered, delivery count 2),
-reject (archived), a closed member's records going to another member."""
+reject (archived), a closed member's records going to another member; close() against a broker
+that does not answer (SIGSTOP) ends within its timeout and leaves nothing running."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +22,11 @@ from exactly.client import (
     ShareConsumer,
     ShareRecord,
 )
+from exactly.client.aio import ShareConsumer as AsyncShareConsumer
 from exactly.client.share_consumer import ack_batches
-from exactly.testing import EmbeddedBroker
+from exactly.testing import EmbeddedBroker, make_test_certificates
 from tests.share.helpers import SETTINGS, create_topic, set_group_configs
+from tests.share.raw import describe_share_group
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +172,66 @@ def test_member_rejoins_and_opens_a_new_session_after_a_broker_crash() -> None:
             assert c.poll(300) == []
         finally:
             c.close()
+
+
+def test_close_cut_short_by_its_timeout_stops_heartbeating() -> None:
+    """close(timeout=2) with the broker stopped (SIGSTOP) cuts its goodbyes short; the
+    membership task still ends with it. It used to outlive close(): it heartbeat on, reconnecting,
+    for a consumer that was closed, which stayed a member of its group for good."""
+    with EmbeddedBroker(settings=SETTINGS) as b:
+        _queue(b, "sc-bound", "sc-g6", 3)
+        pid = b.process.pid  # type: ignore[union-attr]
+
+        async def main() -> tuple[list[str], list[str]]:
+            c = AsyncShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": "sc-g6",
+                                    "fetch.max.wait.ms": 200})
+            c.subscribe(["sc-bound"])
+            got: list[ShareRecord] = []
+            deadline = time.monotonic() + 20
+            while len(got) < 3:
+                assert time.monotonic() < deadline, f"got {len(got)} of 3 records"
+                got += await c.poll(200)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                await c.close(timeout=2)  # the acknowledgements get no answer
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            running = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            # The member, not heartbeating any more, times out (share.session.timeout.ms 6 s).
+            members: list[str] = ["?"]
+            deadline = time.monotonic() + 20
+            while members and time.monotonic() < deadline:
+                group = await asyncio.to_thread(describe_share_group, b, "sc-g6")
+                members = [m.member_id for m in group.members]
+                await asyncio.sleep(0.5)
+            return running, members
+
+        running, members = asyncio.run(main())
+    # (tasks still running after close(), members of the group a while after)
+    assert (running, members) == ([], [])
+
+
+def test_close_is_bounded_over_tls(tmp_path: Path) -> None:
+    """Over TLS, closing a connection waits for the peer's close_notify (30 s, asyncio's and
+    uvloop's ssl_shutdown_timeout): with the broker stopped, close(timeout=2) took 2 s of
+    goodbyes and then 30 s for each connection, one after the other (62 s)."""
+    certs = make_test_certificates(tmp_path / "certs")
+    settings = {**SETTINGS, "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                "ssl.keystore.location": str(certs.server),
+                "ssl.truststore.location": str(certs.ca)}
+    with EmbeddedBroker(settings=settings) as b:
+        _queue(b, "sc-tls", "sc-g7", 3)
+        c = ShareConsumer({"bootstrap.servers": b.address("SSL"), "security.protocol": "SSL",
+                           "ssl.ca.location": str(certs.ca), "group.id": "sc-g7",
+                           "fetch.max.wait.ms": 200})
+        c.subscribe(["sc-tls"])
+        assert len(_poll_until(c, 3)) == 3  # held: close() would acknowledge them
+        pid = b.process.pid  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            c.close(timeout=2)
+            took = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert took < 10, f"close(timeout=2) took {took:.1f} s"

@@ -182,3 +182,34 @@ def test_auto_offset_reset_places_a_new_share_partition(env: Env, reset: str, st
     sp, init = c.share_partition("g", tid, 0, plog, T0)
     assert init is not None and sp.start_offset == start
     assert env.restart().start_offset("g", tid, 0) == start  # the placement is durable
+
+
+def test_share_sessions_end_with_the_connection_that_owns_them(env: Env) -> None:
+    """KAFKA-19015: a session ends with the connection that opened it, releasing what its member
+    holds on the session's partitions (as epoch -1 does, Kafka's releaseSession); KAFKA-19950:
+    one re-opened on another connection is that one's."""
+    c = env.coordinator
+    tid = env.logs.topic("q").topic_id  # type: ignore[union-attr]
+    sp, _ = c.share_partition("g", tid, 0, env.logs.get_log("q", 0), T0)
+    other, _ = c.share_partition("g", tid, 1, env.logs.get_log("q", 1), T0)
+    c.sessions.open("g", "m", [(tid, 0)], connection_id=1)
+    sp.acquire("m", [LogBatch(0, 2)], max_records=3, now_ms=T0)
+    other.acquire("m", [LogBatch(0, 0)], max_records=1, now_ms=T0)  # not a session partition
+    c.sessions.open("g", "m", [(tid, 0)], connection_id=2)  # re-opened on connection 2
+    assert c.connection_closed(1, T0) == [] and sp.acquired_by("m") == [0, 1, 2]
+    c.sessions.open("g", "n", [], connection_id=2)
+    assert len(c.connection_closed(2, T0)) == 1  # both sessions end, one release written
+    assert c.sessions.sessions == {}
+    assert [(sp.records[o].state, sp.records[o].delivery_count) for o in range(3)] == [
+        (RecordState.AVAILABLE, 1)] * 3
+    assert other.acquired_by("m") == [0]  # left to its lock, as by Kafka
+    # closed with epoch -1, re-opened on connection 4: connection 3's close changes nothing
+    c.sessions.open("g", "m", [(tid, 0)], connection_id=3)
+    sp.acquire("m", [LogBatch(0, 2)], max_records=3, now_ms=T0)
+    assert len(c.close_session("g", "m", T0)) == 1 and sp.acquired_by("m") == []
+    session = c.sessions.open("g", "m", [(tid, 0)], connection_id=4)
+    assert c.connection_closed(3, T0) == [] and c.sessions.is_open(session)  # type: ignore[arg-type]
+    # the broker stops: the sessions end, releasing nothing (acquisitions are not durable)
+    sp.acquire("m", [LogBatch(0, 2)], max_records=3, now_ms=T0)
+    c.stop()
+    assert c.connection_closed(4, T0) == [] and sp.acquired_by("m") == [0, 1, 2]

@@ -1,5 +1,7 @@
 """Share-group requests with bad input over the wire: each gets Kafka's error code, the
-connection stays usable, and nothing is delivered that should not be."""
+connection stays usable, and nothing is delivered that should not be. And the order a closing
+consumer's requests can take: the leave before its last acknowledgements, answered as Kafka 4.4
+answers it."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from exactly.protocol.errors import ErrorCode
 from exactly.testing import EmbeddedBroker
 
 from .helpers import LOCK_MS, SETTINGS, create_topic, produce, set_group_configs
-from .raw import connect
+from .raw import connect, start_offset
 
 pytestmark = pytest.mark.broker_settings(SETTINGS)
 
@@ -47,6 +49,20 @@ def share_fetch(conn, group: str, member: str, epoch: int, topic_id, *, acks=(),
                         max_bytes=1 << 20, max_records=max_records, batch_size=100,
                         topics=(FetchTopic(topic_id=topic_id, partitions=parts),),
                         forgotten_topics_data=())
+
+
+def share_acknowledge(conn, group: str, member: str, epoch: int, topic_id,  # type: ignore[no-untyped-def]
+                      acks=()):
+    topics = (AcknowledgeTopic(topic_id=topic_id, partitions=(AcknowledgePartition(
+        partition_index=0, acknowledgement_batches=tuple(acks)),)),) if acks else ()
+    return conn.request(ApiKey.SHARE_ACKNOWLEDGE, 1, group_id=group, member_id=member,
+                        share_session_epoch=epoch, topics=topics)
+
+
+def acquired(r) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """(offset, delivery count) of each record a ShareFetch answer acquired."""
+    return [(o, a.delivery_count) for t in r.responses for p in t.partitions
+            for a in p.acquired_records for o in range(a.first_offset, a.last_offset + 1)]
 
 
 def topic_id_of(b: EmbeddedBroker, topic: str) -> uuid.UUID:
@@ -211,3 +227,45 @@ def test_share_fetch_waits_for_min_bytes_and_keeps_what_it_acquired(
     assert LOCK_MS / 2000 - 0.1 <= waited < 3
     assert [(a.first_offset, a.last_offset) for a in part.acquired_records] == [(0, 0), (1, 1)]
     assert [b.base_offset for b in iter_batches(part.records)] == [0, 1]
+
+
+def test_acknowledgements_sent_after_the_leave_still_apply(broker: EmbeddedBroker) -> None:
+    """librdkafka 2.16's close() sends its last ShareAcknowledge (to the partition leader) and
+    the leave (ShareGroupHeartbeat epoch -1, to the coordinator, on another connection) at
+    once, and the leave is often answered first. As Kafka 4.4 answers that sequence: leaving
+    does not close the member's share session, so the ShareAcknowledge applies (the REJECTed
+    record is not delivered again); what the member holds unacknowledged is not released by
+    the leave either, but when its share session closes (epoch -1). Exactly used to close the
+    session at the leave: the ShareAcknowledge got SHARE_SESSION_NOT_FOUND and all three
+    records came back."""
+    create_topic(broker, "lv")
+    # locks that outlast the test: what comes back is released, not expired
+    set_group_configs(broker, "lv", share_auto_offset_reset="earliest",
+                      share_record_lock_duration_ms="60000")
+    produce(broker, "lv", [b"a", b"b", b"c"])
+    tid = topic_id_of(broker, "lv")
+    fetching, coordinator, other = connect(broker), connect(broker), connect(broker)
+    try:
+        assert heartbeat(coordinator, "lv", "m1", 0, topics=("lv",)).error_code is ErrorCode.none
+        r = share_fetch(fetching, "lv", "m1", 0, tid)
+        assert r.error_code is ErrorCode.none and acquired(r) == [(0, 1), (1, 1), (2, 1)]
+        left = heartbeat(coordinator, "lv", "m1", -1)
+        assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
+        # the leave released nothing: another member finds nothing to acquire
+        assert heartbeat(other, "lv", "m2", 0, topics=("lv",)).error_code is ErrorCode.none
+        r = share_fetch(other, "lv", "m2", 0, tid)
+        assert r.error_code is ErrorCode.none and acquired(r) == []
+        # the last acknowledgements, after the leave, on the session's connection
+        r = share_acknowledge(fetching, "lv", "m1", 1, tid, acks=[
+            AckBatchV1(first_offset=0, last_offset=0, acknowledge_types=(3,)),   # REJECT
+            AckBatchV1(first_offset=1, last_offset=1, acknowledge_types=(1,))])  # ACCEPT
+        assert r.error_code is ErrorCode.none
+        assert [p.error_code for t in r.responses for p in t.partitions] == [ErrorCode.none]
+        assert start_offset(broker, "lv", "lv", 0) == 2
+        # closing the session releases the record left unacknowledged, and only that one
+        assert share_acknowledge(fetching, "lv", "m1", -1, tid).error_code is ErrorCode.none
+        r = share_fetch(other, "lv", "m2", 1, tid)
+        assert r.error_code is ErrorCode.none and acquired(r) == [(2, 2)]
+    finally:
+        for conn in (fetching, coordinator, other):
+            conn.close()

@@ -227,3 +227,17 @@ def test_the_state_partition_joins_only_an_ongoing_transaction(tmp_path: Path) -
         assert meta.client_transaction_version == 2  # kept: EndTxn still bumps the epoch
     finally:
         logs.close()
+
+
+def test_tx_pending_stays_held_when_the_sessions_connection_closes(env: Env) -> None:
+    """The connection of the member's share session closes (KAFKA-19015): what it holds is
+    released, what its transaction holds stays held until the marker."""
+    env.join()
+    env.coordinator.sessions.open("g", "m", [(env.tid, 0)], connection_id=1)
+    sp = env.acquire("m", 3)
+    assert env.stage(7, AckBatch(0, 1, (ACCEPT,))) is ErrorCode.none
+    assert len(env.coordinator.connection_closed(1, T0)) == 1
+    assert env.states(sp) == [(0, RecordState.TX_PENDING, 1), (1, RecordState.TX_PENDING, 1),
+                              (2, RecordState.AVAILABLE, 1)]
+    env.marker(7, commit=True)
+    assert sp.start_offset == 2

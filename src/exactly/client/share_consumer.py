@@ -46,7 +46,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, Self
 
@@ -55,7 +55,6 @@ from exactly.client._loop import (
     Blocking,
     LoopThread,
     bounded_close,
-    close_in_order,
     stop_tasks,
     wait_event,
 )
@@ -235,7 +234,7 @@ class ShareMembership:
         self._wake = asyncio.Event()
         self._assigned = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._leaving = False  # set by leave(): the heartbeat loop ends
+        self._leaving = False  # set by stop() and leave(): the heartbeat loop ends
 
     def subscribe(self, topics: Iterable[str]) -> None:
         self.topics = sorted(set(topics))
@@ -329,10 +328,16 @@ class ShareMembership:
         return {md.topic_id: name for name, md in self.cluster.metadata.topics.items()
                 if md.topic_id is not None}
 
-    async def leave(self) -> None:
+    async def stop(self) -> None:
+        """End the heartbeat task, without leaving: close() does this even when its bound cut
+        its goodbyes short (before leave()), or the task would heartbeat on, reconnecting, and
+        keep a closed consumer in its group."""
         task, self._task = self._task, None
         self._leaving = True
         await stop_tasks([task])
+
+    async def leave(self) -> None:
+        await self.stop()
         if self.member_epoch > _JOIN_EPOCH:
             try:
                 await self.coordinator.send(
@@ -726,7 +731,12 @@ class AsyncShareConsumer:
         if self._closed:
             return
         self._closed = True
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
+            # As Kafka's KafkaShareConsumer: the acknowledgements, then the share sessions
+            # closed (epoch -1), each answered, and only then the leave. (A client that sends
+            # its last ShareAcknowledge and the leave at once, as librdkafka 2.16 does, relies on
+            # the broker keeping the session after the leave, as Kafka 4.4 does.)
             async with bounded_close("share consumer", timeout):
                 if self._async_commits:
                     await asyncio.gather(*self._async_commits, return_exceptions=True)
@@ -738,19 +748,60 @@ class AsyncShareConsumer:
                         await self._close_session(session)
                 await self._membership.leave()
         finally:
-            await close_in_order(self._coordinator.close, self._cluster.close)
+            # Also when the bound cut the goodbyes short: the heartbeat task ends (it would
+            # heartbeat on, reconnecting), and the connections close within what is left of
+            # the timeout.
+            await _close_within(deadline, self._membership.stop, self._coordinator.close,
+                                self._cluster.close)
 
     async def _close_session(self, session: _LeaderSession) -> None:
-        """ShareAcknowledge with epoch -1: the broker releases what this member still holds."""
-        try:
-            conn = await self._cluster.connection(session.node_id)
-            await conn.send(make_request(
-                conn, ApiKey.SHARE_ACKNOWLEDGE, group_id=self.group_id,
-                member_id=self._membership.member_id, share_session_epoch=_CLOSE_SESSION,
-                topics=()))
-        except KafkaError as exc:
-            log.info("event=share_session_close_failed node=%d error=%s", session.node_id, exc)
-        session.reset()
+        """ShareAcknowledge with epoch -1: the broker releases what this member still holds.
+        Under the session's lock: after a ShareFetch in flight (a poll on another task), whose
+        acknowledgements go first."""
+        async with session.lock:
+            if session.epoch == _NEW_SESSION:
+                return
+            try:
+                conn = await self._cluster.connection(session.node_id)
+                await conn.send(make_request(
+                    conn, ApiKey.SHARE_ACKNOWLEDGE, group_id=self.group_id,
+                    member_id=self._membership.member_id, share_session_epoch=_CLOSE_SESSION,
+                    topics=()))
+            except KafkaError as exc:
+                log.info("event=share_session_close_failed node=%d error=%s", session.node_id,
+                         exc)
+            session.reset()
+
+
+_CLOSING: set[asyncio.Task[Any]] = set()  # closes started by close(), until they are done
+_CLOSE_GRACE_S = 0.1
+
+
+async def _close_within(deadline: float | None, *closes: Callable[[], Awaitable[object]]) -> None:
+    """Start every close at once, each in a task (a close() cancelled meanwhile still closes
+    everything), and wait for them until `deadline` (time.monotonic(); None: no bound), or a
+    moment (_CLOSE_GRACE_S) if it has passed. One not done by then finishes on its own: a TLS
+    connection's close waits for the peer's close_notify up to ssl_shutdown_timeout (30 s),
+    which a broker that does not answer never sends; its socket is closing either way, only
+    the wait is cut short."""
+    tasks = [asyncio.ensure_future(close()) for close in closes]
+    for task in tasks:
+        _CLOSING.add(task)
+        task.add_done_callback(_closed)
+    await asyncio.sleep(0)  # their first steps: the heartbeat task cancelled, sockets closing
+    # At least a moment, even after goodbyes that took the whole timeout: a plaintext close is
+    # done a loop turn or two later.
+    left = None if deadline is None else max(deadline - time.monotonic(), _CLOSE_GRACE_S)
+    _, pending = await asyncio.wait(tasks, timeout=left)
+    if pending:
+        log.warning("event=close_unfinished closes=%d: they finish after close() returns",
+                    len(pending))
+
+
+def _closed(task: asyncio.Task[Any]) -> None:
+    _CLOSING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.info("event=close_failed error=%r", task.exception())
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:

@@ -218,6 +218,9 @@ class Broker:
             task.cancel()
         for server, _ in self.listeners:
             server.close()
+        # Before the connections close: their share sessions end with the broker, not with them
+        # (nothing is released, as nothing acquired is durable).
+        self.services.share.stop()
         for conn in list(self.connections):
             conn.close()
         if self.listeners:

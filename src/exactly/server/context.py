@@ -10,6 +10,7 @@ registered per API key in `exactly.server.handlers.HANDLERS`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from exactly.server.services import Services
 
 
+# Each connection's id, unique within the process (network.py takes one per connection).
+next_connection_id: Callable[[], int] = itertools.count(1).__next__
+
+
 @dataclass(slots=True)
 class RequestContext:
     services: Services
@@ -35,6 +40,9 @@ class RequestContext:
     client_host: str
     session: AuthSession  # the connection's listener and SASL state
     principal: str = "User:ANONYMOUS"  # set by the connection once SASL/TLS authenticates
+    # The connection's id (`next_connection_id`), for what lives as long as the connection (a
+    # share session, KAFKA-19015); None outside a connection.
+    connection_id: int | None = None
 
     @property
     def authorizing(self) -> bool:

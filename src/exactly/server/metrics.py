@@ -8,6 +8,8 @@ Two kinds of metric:
   `AbstractResponse.errorCounts`; NONE is not counted, the request count has those); connections
   per listener, open now, accepted, closed, and refused by the connection limits (Kafka's
   socket-server-metrics connection-count, connection-creation-total, connection-close-total);
+  the record bytes of Fetch answers sent from segment files with sendfile (zero copy, network.py),
+  so that whether answers take that path, or are copied, can be seen;
 - the broker's state, read at scrape time by `BrokerCollector` (metrics_collector.py).
 
 The HTTP server runs on the broker's event loop, so the collector reads the coordinator and the
@@ -72,6 +74,18 @@ _CONNECTIONS_REFUSED = Counter(
     "exactly_connections_refused",
     "Connections closed at once by max.connections or max.connections.per.ip, per listener.",
     ["listener"], registry=REGISTRY)
+
+
+_SENDFILE_BYTES = Counter(
+    "exactly_fetch_sendfile_bytes",
+    "Record bytes of Fetch answers sent from segment files with sendfile (zero copy, on "
+    "listeners without TLS); ranges below the copy threshold, and answers queued behind unsent "
+    "bytes, are copied and not counted.", registry=REGISTRY)
+
+
+def sent_from_file(size: int) -> None:
+    """`size` bytes of a segment file went to a client's socket with sendfile."""
+    _SENDFILE_BYTES.inc(size)
 
 
 def connection_opened(listener: str) -> None:

@@ -27,7 +27,7 @@ pipelining thousands of requests cannot make the others wait for all of them, an
 clients cannot make a pass of the loop long: what another client's request waits for between
 its steps (an fsync round's answer, a handler resuming) comes after at most one round.
 
-Zero-copy fetch (issue 19): on a listener without TLS, a Fetch answer's records are ranges of
+Zero-copy fetch: on a listener without TLS, a Fetch answer's records are ranges of
 segment files (`FileRecords`). The answer is encoded (by fetch_encoding.py's writer, which
 writes what kio writes) into a buffer that keeps those ranges apart (`encode_file_frame`): the
 framing around them (sizes, headers, per-partition fields) is bytes, the records stay in the
@@ -41,7 +41,8 @@ pauses meanwhile (back-pressure, as for a full write buffer). With bytes still u
 transport (which owns the socket), the frame is read from its files and written as bytes
 instead: the answers stay in order either way. A file range holds its own descriptor from the
 moment it is encoded, so a segment deleted meanwhile (retention, DeleteRecords) still sends the
-bytes that were read.
+bytes that were read. The bytes sent with sendfile are counted (`exactly_fetch_sendfile_bytes`,
+metrics.py): both paths give the same bytes, so the count is how one tells which was taken.
 """
 
 from __future__ import annotations
@@ -70,9 +71,9 @@ from exactly.server.auth import AuthSession, ListenerRuntime
 from exactly.server.auth.session import SaslFailure
 from exactly.server.auth.tls import principal_of
 from exactly.server.connection_limits import ConnectionLimits
-from exactly.server.context import Handler, RequestContext
+from exactly.server.context import Handler, RequestContext, next_connection_id
 from exactly.server.fetch_encoding import fast_path, write_fetch_response
-from exactly.server.handlers import HANDLERS
+from exactly.server.handlers import HANDLERS, on_connection_closed
 from exactly.server.handlers.api_versions import api_versions_response
 from exactly.server.handlers.fetch import ZERO_COPY_LISTENERS
 from exactly.server.metrics import (
@@ -80,6 +81,7 @@ from exactly.server.metrics import (
     connection_opened,
     connection_refused,
     count_errors,
+    sent_from_file,
     timed,
 )
 from exactly.server.request_memory import PER_CONNECTION
@@ -232,6 +234,7 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, services: Services, listener: ListenerRuntime,
                  connections: set[Connection], limits: ConnectionLimits, turns: Turns) -> None:
         self.services = services
+        self.connection_id = next_connection_id()  # what handlers tie to it: share sessions
         self.turns = turns
         self.listener = listener
         self.connections = connections  # the broker's open connections, closed when it stops
@@ -319,6 +322,7 @@ class Connection(asyncio.BufferedProtocol):
             self.admitted = False
             self.limits.release(self.client_host)
             connection_closed(self.listener.name)
+        on_connection_closed(self.services, self.connection_id)  # its share sessions end
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_size is not None:
@@ -578,7 +582,7 @@ class Connection(asyncio.BufferedProtocol):
             return False
         ctx = RequestContext(self.services, api_key, api_version, correlation_id,
                              header.client_id, self.client_host, session=session,
-                             principal=session.principal)
+                             principal=session.principal, connection_id=self.connection_id)
         coro = self._run(ctx, HANDLERS[api_key], request, len(frame) + 4)
         try:
             waiting_on = coro.send(None)
@@ -718,6 +722,7 @@ class Connection(asyncio.BufferedProtocol):
                     sent = os.sendfile(sock.fileno(), fd, position, size)
                     if sent == 0:
                         raise OSError(f"segment file ended {size} bytes early")
+                    sent_from_file(sent)
                     if sent < size:
                         parts[0] = (fd, position + sent, size - sent)
                         continue

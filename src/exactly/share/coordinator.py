@@ -17,6 +17,12 @@ rejoins). Joins, leaves, subscription changes and session timeouts bump the grou
 recompute the assignment. A member removed by a timeout loses its share session and its
 acquisitions are released.
 
+Share sessions (sessions.py): leaving the group does not end one, as in Kafka; epoch -1 does, and
+so does the close of the connection that opened it (`connection_closed`, KAFKA-19015). Either
+way (`close_session`) what the member holds on the session's partitions is released at once, as
+Kafka's releaseSession does: delivered again, with its delivery count. Records a transaction
+holds (TX_PENDING) are the transaction's, not the session's: they stay held until its marker.
+
 Share-partitions: the first ShareFetch of a group for a partition initializes it, at the offset
 `share.auto.offset.reset` gives (latest: the high watermark; earliest: the log start; by_duration:
 the first offset at or after now - duration), and writes that first snapshot before anything is
@@ -59,7 +65,7 @@ from exactly.share.config import (
 )
 from exactly.share.group import ASSIGNOR, Assignment, ShareGroup, ShareMember, TopicLookup
 from exactly.share.partition import AckBatch, Limits, SharePartition, StateChange
-from exactly.share.sessions import ShareSessionCache
+from exactly.share.sessions import ShareSession, ShareSessionCache
 from exactly.share.state_store import ShareKey, ShareStateStore, Written
 
 if TYPE_CHECKING:
@@ -358,6 +364,38 @@ class ShareCoordinator:
                 self.store.states[key].start_offset == change.start_offset:
             return None
         return self.store.write(key, change, now_ms)
+
+    def close_session(self, group_id: str, member_id: str, now_ms: int) -> list[Written]:
+        """The member's share session ends (epoch -1): what it holds on the session's partitions
+        is released."""
+        session = self.sessions.close(group_id, member_id)
+        return [] if session is None else self._release_session(session, now_ms)
+
+    def connection_closed(self, connection_id: int, now_ms: int) -> list[Written]:
+        """A client connection is gone: the share sessions it opened end (KAFKA-19015; a session
+        re-opened on another connection since is that one's, KAFKA-19950), releasing what their
+        members hold on their partitions, as `close_session`."""
+        written = []
+        for session in self.sessions.connection_closed(connection_id):
+            log.info("event=share_session_closed_with_connection group=%s member=%s",
+                     session.group_id, session.member_id)
+            written += self._release_session(session, now_ms)
+        return written
+
+    def stop(self) -> None:
+        """The broker stops: the share sessions end with it, releasing nothing (acquisitions are
+        not written: after the restart what was acquired is AVAILABLE again, as after a crash)."""
+        self.sessions.clear()
+
+    def _release_session(self, session: ShareSession, now_ms: int) -> list[Written]:
+        written = []
+        for topic_id, partition in session.partitions:
+            key = (session.group_id, topic_id, partition)
+            sp = self.partitions.get(key)
+            change = sp.release_member(session.member_id) if sp is not None else None
+            if change is not None:
+                written.append(self.store.write(key, change, now_ms))
+        return written
 
     def release_member(self, group_id: str, member_id: str, now_ms: int) -> list[Written]:
         written = []

@@ -362,6 +362,89 @@ def leave_then_acknowledge(s: Session) -> None:
              ignore=FETCH_IGNORE)
 
 
+@case("share_groups.leave_then_close_session")
+def leave_then_close_session(s: Session) -> None:
+    """What a member holds when it leaves stays acquired: another member gets none of it, the
+    leaver's REJECT and ACCEPT sent after the leave apply, and closing its share session
+    (ShareAcknowledge epoch -1) releases the rest, delivered again with delivery count 2. (The
+    order librdkafka 2.16's close() can produce: its last ShareAcknowledge and the leave go out
+    at once, on two connections.)"""
+    topic, tid, group = setup(s, values=(3,))
+    m = Member(s, group, s.connect())
+    join(s, group, m.id, [topic])
+    m.fetch_until({tid: {0: []}}, 3)
+    s.record("leave", heartbeat(s, group, m.id, -1))
+    other = Member(s, group, s.connect())
+    join(s, group, other.id, [topic])
+    # Records held by the leaver for the group's lock duration (30 s): none to acquire.
+    s.record("other member, the leaver's session open",
+             {"acquired": acquired(other.fetch({tid: {0: []}}, max_wait=1000))})
+    s.record("reject and accept after the leave", m.acknowledge(
+        {tid: {0: [acks(0, 0, REJECT), acks(1, 1, ACCEPT)]}}), ignore=FETCH_IGNORE)
+    s.record("close session", m.acknowledge({tid: {0: []}}, epoch=-1), ignore=FETCH_IGNORE)
+    again = other.fetch_until({tid: {0: []}}, 1)
+    s.record("released by the session's close", [
+        (r["first_offset"], r["last_offset"], r["delivery_count"]) for t in again["responses"]
+        for p in t["partitions"] for r in p["acquired_records"]])
+
+
+def released(s: Session, m: Member, tid: str, want: int) -> list[tuple[int, int, int]]:
+    """(first, last, delivery count) of what `m` acquires, fetching until `want` records: well
+    within the group's record lock duration (30 s), so that what comes is released, not
+    expired."""
+    found: list[tuple[int, int, int]] = []
+
+    def probe() -> bool:
+        found.extend((r["first_offset"], r["last_offset"], r["delivery_count"])
+                     for t in m.fetch({tid: {0: []}}, max_wait=500)["responses"]
+                     for p in t["partitions"] for r in p["acquired_records"])
+        return sum(last - first + 1 for first, last, _ in found) >= want
+
+    s.until(f"{want} records released", probe, timeout=15)
+    return found
+
+
+@case("share_groups.connection_close")
+def connection_close(s: Session) -> None:
+    """KAFKA-19015: closing the connection that opened a member's share session closes the
+    session, though the member left the group first: what it held is delivered again at once
+    (delivery count 2), and the session is gone for requests on other connections."""
+    topic, tid, group = setup(s, values=(3,))
+    m = Member(s, group, s.connect())
+    join(s, group, m.id, [topic])
+    m.fetch_until({tid: {0: []}}, 3)
+    s.record("leave", heartbeat(s, group, m.id, -1))
+    other = Member(s, group, s.connect())
+    join(s, group, other.id, [topic])
+    m.conn.close()
+    s.record("released by the close", released(s, other, tid, 3))
+    s.record("acknowledge after the close", m.acknowledge(
+        {tid: {0: [acks(0, 0, ACCEPT)]}}, conn=s.conn), ignore=FETCH_IGNORE)
+    s.record("close after the close", s.call(78, 1, fetch_fields(
+        group, m.id, -1, {tid: {0: []}})), ignore=FETCH_IGNORE)
+
+
+@case("share_groups.session_reopened_elsewhere")
+def session_reopened_elsewhere(s: Session) -> None:
+    """KAFKA-19950: a share session re-opened (epoch 0) on another connection belongs to that
+    one: the first connection's close leaves it and its records alone; the second's ends it."""
+    topic, tid, group = setup(s, values=(3,))
+    m = Member(s, group, s.connect())
+    join(s, group, m.id, [topic])
+    m.fetch_until({tid: {0: []}}, 3)
+    first, m.conn, m.epoch = m.conn, s.connect(), 0
+    s.record("re-open", {"acquired": acquired(m.fetch({tid: {0: []}}))})
+    other = Member(s, group, s.connect())
+    join(s, group, other.id, [topic])
+    first.close()
+    s.record("other member after the first close",
+             {"acquired": acquired(other.fetch({tid: {0: []}}, max_wait=1000))})
+    s.record("accept on the second", m.acknowledge({tid: {0: [acks(0, 0, ACCEPT)]}}),
+             ignore=FETCH_IGNORE)
+    m.conn.close()
+    s.record("released by the second close", released(s, other, tid, 2))
+
+
 @case("share_groups.offsets_admin")
 def offsets_admin(s: Session) -> None:
     """DescribeShareGroupOffsets before and after the group has state, AlterShareGroupOffsets

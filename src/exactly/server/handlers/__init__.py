@@ -1,6 +1,10 @@
-"""Request handlers, one module per API family; HANDLERS maps every advertised API key."""
+"""Request handlers, one module per API family; HANDLERS maps every advertised API key, and
+`on_connection_closed` ends what the handlers keep for a connection once it is gone."""
 
 from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
 
 from exactly.protocol.apis import SUPPORTED
 from exactly.server.context import Handler
@@ -24,6 +28,11 @@ from exactly.server.handlers import (
     txn,
 )
 
+if TYPE_CHECKING:
+    from exactly.server.services import Services
+
+log = logging.getLogger("exactly.server.handlers")
+
 HANDLERS: dict[int, Handler] = {}
 for _module in (api_versions, metadata, produce, fetch, list_offsets, topics, configs, groups, txn,
                 acls, sasl, share, share_admin, share_txn, log_admin, replicas,
@@ -32,3 +41,12 @@ for _module in (api_versions, metadata, produce, fetch, list_offsets, topics, co
 
 _missing = set(SUPPORTED) - set(HANDLERS)
 assert not _missing, f"advertised APIs without a handler: {sorted(_missing)}"
+
+
+def on_connection_closed(services: Services, connection_id: int) -> None:
+    """A client connection is gone (network.py, once it is torn down): its share sessions end
+    (KAFKA-19015). Never raises: the network's teardown goes on regardless."""
+    try:
+        share.connection_closed(services, connection_id)
+    except Exception:
+        log.exception("ending the share sessions of connection %d failed", connection_id)

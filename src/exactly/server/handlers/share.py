@@ -9,6 +9,10 @@ and synced under the flush policy before the answer goes out. A ShareFetch below
 with nothing acquired waits for an append to one of its partitions, up to max_wait_ms, as Fetch
 does. Records go out as stored (whole batches); AcquiredRecords says which offsets the member
 got, with their delivery counts.
+
+A share session belongs to the connection that opened it (`ctx.connection_id`): when that
+connection is gone, network.py calls `connection_closed`, and the session ends as with epoch -1
+(KAFKA-19015). A ShareFetch still waiting for records then (max_wait) acquires nothing more.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
         ShareGroupDescribeRequest,
         ShareGroupHeartbeatRequest,
     )
+    from exactly.server.services import Services
 
 _Partition = tuple[uuid.UUID, int]
 
@@ -207,7 +212,7 @@ def _session(ctx: RequestContext, group_id: str, member_id: str, epoch: int,
         # that left, or has not joined yet, may fetch and acknowledge).
         if not share.is_share_group(group_id):
             return ErrorCode.unknown_member_id
-        return share.sessions.open(group_id, member_id, added)
+        return share.sessions.open(group_id, member_id, added, ctx.connection_id)
     session = share.sessions.get(group_id, member_id, epoch)
     if isinstance(session, ShareSession) and epoch != FINAL_EPOCH:
         session.update(added, forgotten)
@@ -251,8 +256,7 @@ async def handle_share_fetch(ctx: RequestContext, request: ShareFetchRequest) ->
     ack_errors, written = _acknowledge(ctx, group_id, member_id, request.topics)
     settings = share.settings(group_id)
     if epoch == FINAL_EPOCH:
-        share.sessions.close(group_id, member_id)
-        written += share.release_member(group_id, member_id, ctx.services.clock())
+        written += share.close_session(group_id, member_id, ctx.services.clock())
         await sync_written(ctx, written)
         return ctx.response(
             throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
@@ -261,7 +265,7 @@ async def handle_share_fetch(ctx: RequestContext, request: ShareFetchRequest) ->
     fetched: dict[_Partition, Fetched] = {}
     # max_bytes 0 reads nothing, as Kafka (no first batch past the limit, unlike Fetch).
     if request.max_records > 0 and request.max_bytes > 0 and session.partitions:
-        fetched = await _fetch(ctx, request, group_id, member_id, session.partitions, written)
+        fetched = await _fetch(ctx, request, session, written)
     if epoch == INITIAL_EPOCH:  # a new session's answer names each of its partitions, as Kafka
         for key in added:
             fetched.setdefault(key, Fetched())
@@ -291,10 +295,10 @@ _SESSION_ERRORS = {
 }
 
 
-async def _fetch(ctx: RequestContext, request: ShareFetchRequest, group_id: str,
-                 member_id: str, partitions: Sequence[_Partition],
+async def _fetch(ctx: RequestContext, request: ShareFetchRequest, session: ShareSession,
                  written: list[Written]) -> dict[_Partition, Fetched]:
     share = coordinator(ctx)
+    group_id, member_id, partitions = session.group_id, session.member_id, session.partitions
     settings = share.settings(group_id)
     committed = settings.isolation_level == READ_COMMITTED
     lock_ms, holding = settings.record_lock_duration_ms, False
@@ -333,6 +337,10 @@ async def _fetch(ctx: RequestContext, request: ShareFetchRequest, group_id: str,
         written.clear()
         # Woken by an append; else every 100 ms, for records released or expired meanwhile.
         await ctx.services.appends.wait_for_append(live, min(remaining, 0.1))
+        if not share.sessions.is_open(session):
+            # Closed meanwhile (its connection gone, or epoch -1), or replaced by a re-open:
+            # nothing more is acquired for an answer that may have nowhere to go.
+            return out
 
 
 def _resolve(ctx: RequestContext, key: _Partition) -> PartitionLog | ErrorCode:
@@ -390,8 +398,7 @@ async def handle_share_acknowledge(ctx: RequestContext,
         return fail(session, _session_message(session))
     errors, written = _acknowledge(ctx, group_id, member_id, request.topics)
     if epoch == FINAL_EPOCH:
-        share.sessions.close(group_id, member_id)
-        written += share.release_member(group_id, member_id, ctx.services.clock())
+        written += share.close_session(group_id, member_id, ctx.services.clock())
     await sync_written(ctx, written)
     node = ctx.services.identity.node_id
     by_topic: dict[uuid.UUID, list[Any]] = {}
@@ -404,6 +411,15 @@ async def handle_share_acknowledge(ctx: RequestContext,
         responses=tuple(ctx.nested("ShareAcknowledgeTopicResponse", topic_id=t,
                                    partitions=tuple(ps)) for t, ps in by_topic.items()),
         node_endpoints=())
+
+
+def connection_closed(services: Services, connection_id: int) -> None:
+    """A client connection is gone: the share sessions it opened end (KAFKA-19015). What they
+    release is appended to __share_group_state; no client waits for it, so the next flush makes
+    it durable, as for lock expiries."""
+    share: ShareCoordinator | None = getattr(services, "share", None)
+    if share is not None:
+        share.connection_closed(connection_id, services.clock())
 
 
 # -- ListGroups / DeleteGroups of share groups (called from handlers/groups.py) ---------------
