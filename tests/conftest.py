@@ -1,4 +1,5 @@
-"""Shared test setup: the embedded-broker fixtures and their failure reports."""
+"""Shared test setup: the embedded-broker fixtures, and the failure reports that show the logs of
+every process a failed test ran (exactly.testing.logs)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exactly.testing import broker, broker_factory, pytest_runtest_makereport  # noqa: F401
+from exactly.testing import broker, broker_factory, logs  # noqa: F401
 from exactly.testing.kafka import apache_kafka, apache_kafka_factory  # noqa: F401
 
 # Short-lived JVMs: Spark drivers and executors read tests/spark_conf/spark-defaults.conf (the
@@ -19,6 +20,10 @@ os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SHORT_LIVED_JVM)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A plugin, not hooks imported here: a conftest's hooks do not see the setup of the
+    # session-scoped fixtures, whose node (the session) lies above this directory.
+    if not config.pluginmanager.has_plugin(logs.__name__):
+        config.pluginmanager.register(logs, logs.__name__)
     config.addinivalue_line(
         "markers",
         "broker_settings(settings): broker config keys for the `broker` fixture",

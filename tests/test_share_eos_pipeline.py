@@ -69,8 +69,9 @@ class ShareWorker(Worker):
     """The classic pipeline's worker process handle, running share_eos_worker.py under a new
     transactional id at each start."""
 
-    def __init__(self, b: EmbeddedBroker, name: str, slot: int, batch: int) -> None:
-        super().__init__(b, f"{name}-{slot}", name, f"{name}-out", batch)
+    def __init__(self, b: EmbeddedBroker, name: str, slot: int, batch: int,
+                 log_dir: Path) -> None:
+        super().__init__(b, f"{name}-{slot}", name, f"{name}-out", batch, log_dir)
         self.head = [sys.executable, str(WORKER), b.bootstrap, name]
         self.tail = [name, f"{name}-out", str(batch), str(SESSION_TIMEOUT_MS)]
         self.txn_id = f"{name}-{slot}"
@@ -117,9 +118,9 @@ def _wait_for(what: str, done: Callable[[], bool], timeout: float,
 
 
 def _run_with_kills(b: EmbeddedBroker, name: str, count: int, slots: int, kills: int,
-                    seed: int) -> None:
+                    seed: int, log_dir: Path) -> None:
     values = _input(b, name, count)
-    workers = [ShareWorker(b, name, slot, batch=5) for slot in range(slots)]
+    workers = [ShareWorker(b, name, slot, batch=5, log_dir=log_dir) for slot in range(slots)]
     rng = random.Random(seed)
     try:
         for w in workers:
@@ -149,12 +150,14 @@ def _run_with_kills(b: EmbeddedBroker, name: str, count: int, slots: int, kills:
 
 
 def test_worker_killed_at_random_moments_output_is_exactly_the_transformed_input(
-        broker: EmbeddedBroker) -> None:
-    _run_with_kills(broker, "sp-one", count=1500, slots=1, kills=4, seed=16)
+        broker: EmbeddedBroker, tmp_path: Path) -> None:
+    _run_with_kills(broker, "sp-one", count=1500, slots=1, kills=4, seed=16, log_dir=tmp_path)
 
 
-def test_two_workers_share_the_input_partition_through_kills(broker: EmbeddedBroker) -> None:
-    _run_with_kills(broker, "sp-two", count=2000, slots=2, kills=4, seed=1289)
+def test_two_workers_share_the_input_partition_through_kills(broker: EmbeddedBroker,
+                                                             tmp_path: Path) -> None:
+    _run_with_kills(broker, "sp-two", count=2000, slots=2, kills=4, seed=1289,
+                    log_dir=tmp_path)
 
 
 def _committed_output(b: EmbeddedBroker, topic: str) -> list[tuple[bytes | None, bytes | None]]:

@@ -15,6 +15,7 @@ import pytest
 
 from exactly import failpoints
 from exactly.testing import EmbeddedBroker
+from exactly.testing.logs import attach_log, kept_logs_dir, unique_path
 from exactly.testing.postgres import PrivatePostgres
 from tests.dualwrite.helpers import Database
 
@@ -67,10 +68,20 @@ def run_worker(module: str, *args: str, fault: str | None = None,
                timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`python -m tests.dualwrite.<module> args` from the repository root, in a session of its own
     (a fault point's crash kills its whole session); EXACTLY_FAILPOINTS set to `fault` (or
-    unset)."""
+    unset). Its stdout and stderr go to files in the test's directory of kept logs, shown on the
+    test's report if it fails (exactly.testing.logs), and come back in the result as text."""
     env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
     if fault:
         env[failpoints.ENV] = fault
-    return subprocess.run([sys.executable, "-m", f"tests.dualwrite.{module}", *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=timeout, check=False,
-                          start_new_session=True)
+    cmd = [sys.executable, "-m", f"tests.dualwrite.{module}", *args]
+    directory = kept_logs_dir()
+    out_path = unique_path(directory, f"{module}.out")
+    err_path = unique_path(directory, f"{module}.err")
+    attach_log(f"{module} stdout", out_path)
+    attach_log(f"{module} stderr", err_path)
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        done = subprocess.run(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                              stderr=err, timeout=timeout, check=False, start_new_session=True)
+    return subprocess.CompletedProcess(cmd, done.returncode,
+                                       out_path.read_text(errors="replace"),
+                                       err_path.read_text(errors="replace"))

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from exactly.spark import register
 from exactly.testing import EmbeddedBroker
+from exactly.testing.logs import attach_log
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +33,14 @@ def spark() -> Iterator[SparkSession]:
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _process_logs_in_tmp_path(request: pytest.FixtureRequest) -> None:
+    """The driver and Connect client processes of test_cluster.py and test_connect.py write their
+    output to tmp_path/*.log: on the report of a failed test (exactly.testing.logs)."""
+    if "tmp_path" in request.fixturenames:
+        attach_log("process", request.getfixturevalue("tmp_path"), pattern="*.log")
 
 
 @pytest.fixture(scope="session")

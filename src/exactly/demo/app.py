@@ -4,9 +4,13 @@ It starts an embedded broker, feeds the topic `orders` with JSON order events at
 (a few percent of them malformed), and runs the pipeline of `exactly.demo.pipeline` as a Spark
 driver process. While the events flow it kills the driver with SIGKILL — the whole driver: JVM,
 Python, workers — a few times at random moments, and starts it again on its checkpoint. At the
-end it reads every output topic with read_committed and prints what came out against what went
-in: duplicates, missing records, wrong aggregates, transactions left open. It exits 1 if any of
-them is not zero.
+end it waits for the pipeline to process the whole input (at most --catch-up-seconds), reads
+every output topic with read_committed and prints what came out against what went in:
+duplicates, missing records, wrong records and aggregates, transactions left open. It exits 1 if
+any of them is not zero, and says which failure it is (exactly.demo.verdict): the pipeline had
+not caught up when the wait ended (where it was in the input), or records were lost, duplicated
+or wrong (counts and examples of each). The broker's log and each driver run's log are kept in
+the demo's directory (printed at the start).
 
 With --cluster N the pipeline runs on a Spark standalone cluster of N workers started on this
 machine (exactly.testing.SparkCluster; executors are JVMs of their own) and the kills take turns:
@@ -19,7 +23,6 @@ machine, is killed.
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import json
 import os
@@ -31,7 +34,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,27 +45,27 @@ from exactly.demo.pipeline import (
     IN_TOPIC,
     OUTPUT_TOPICS,
     QUERIES,
-    REGIONS,
     STATS_TOPIC,
-    WINDOW_SECONDS,
+)
+from exactly.demo.verdict import (
+    CatchUp,
+    Fed,
+    check_outputs,
+    expected_stats,
+    headline,
+    offsets,
+    verdict,
 )
 from exactly.protocol.structs import TopicPartition
 from exactly.testing import EmbeddedBroker
 from exactly.testing.spark_cluster import SparkCluster
 
 BAD_SHARE = 0.03
+CATCH_UP_SECONDS = 300.0  # --catch-up-seconds: the wait ends as soon as the pipeline is done
 
 
 def say(message: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-@dataclass
-class Fed:
-    """What the feeder wrote (acknowledged): the expected input of the pipeline."""
-    good: dict[str, dict[str, Any]] = field(default_factory=dict)  # order id -> event
-    bad: Counter[bytes] = field(default_factory=Counter)
-    total: int = 0
 
 
 def make_event(i: int, rng: random.Random, base_ms: int, rate: float) -> tuple[bytes, bytes, bool]:
@@ -112,26 +114,32 @@ class Feeder(threading.Thread):
                             json.dumps(tick).encode(), True))
             producer.flush()
         for future, value, valid in pending:
-            future.result(timeout=0)  # the idempotent producer wrote each exactly once
+            meta = future.result(timeout=0)  # the idempotent producer wrote each exactly once
+            at = (meta.partition, meta.offset)
             if valid:
                 event = json.loads(value)
                 self.fed.good[event["order_id"]] = event
+                self.fed.good_at[event["order_id"]] = at
             else:
                 self.fed.bad[value] += 1
+                self.fed.bad_at.setdefault(value, []).append(at)
             self.fed.total += 1
 
 
 class Driver:
-    """The Spark driver process (python -m exactly.demo.pipeline) in a session of its own."""
+    """The Spark driver process (python -m exactly.demo.pipeline) in a session of its own; its
+    stderr (Spark's log, Python tracebacks) goes to `log`."""
 
     def __init__(self, bootstrap: str, checkpoint: Path, delivery: str, trigger: float,
-                 spark_args: list[str]) -> None:
+                 spark_args: list[str], log: Path) -> None:
         env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exactly.demo.pipeline", bootstrap, str(checkpoint),
-             "--delivery", delivery, "--trigger-seconds", str(trigger), *spark_args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env=env, start_new_session=True)
+        self.log = log
+        with open(log, "ab") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "exactly.demo.pipeline", bootstrap, str(checkpoint),
+                 "--delivery", delivery, "--trigger-seconds", str(trigger), *spark_args],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                text=True, env=env, start_new_session=True)
         self.batches: Counter[str] = Counter()
         self.progress: dict[str, dict[str, Any]] = {}
         self.rows: Counter[str] = Counter()
@@ -158,11 +166,19 @@ class Driver:
         failpoints.kill_session(self.proc.pid)
         self.proc.wait()
 
-    def stop(self, timeout: float = 60) -> int:
+    def stop(self, timeout: float = 60) -> int | None:
+        """Ask the driver to stop between batches; its exit code, or None if it had not ended
+        `timeout` s later (then it is killed)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write("stop\n")
-        self.proc.stdin.flush()
-        return self.proc.wait(timeout=timeout)
+        try:
+            self.proc.stdin.write("stop\n")
+            self.proc.stdin.flush()
+            return self.proc.wait(timeout=timeout)
+        except (subprocess.TimeoutExpired, BrokenPipeError):
+            if self.proc.poll() is not None:
+                return self.proc.returncode
+            self.kill()
+            return None
 
 
 def assign_to_end(consumer: Consumer, bootstrap: str, topic: str) -> dict[TopicPartition, int]:
@@ -198,47 +214,17 @@ def input_end(bootstrap: str) -> dict[str, dict[str, int]]:
     return {IN_TOPIC: {str(tp.partition): end for tp, end in ends.items()}}
 
 
-def expected_stats(fed: Fed) -> dict[tuple[int, str], tuple[int, float]]:
-    windows: dict[tuple[int, str], list[float]] = collections.defaultdict(list)
-    for event in fed.good.values():
-        if event["order_id"] == "o-end":
-            continue  # its own window is still open
-        start = event["ts"] // (WINDOW_SECONDS * 1000) * WINDOW_SECONDS * 1000
-        windows[start, REGIONS[event["customer"]]].append(event["amount"])
-    return {k: (len(v), round(sum(v), 2)) for k, v in windows.items()}
-
-
-def verify(bootstrap: str, fed: Fed) -> tuple[list[tuple[str, int, int, int, int, int]], int]:
-    """Rows (output, expected, got, duplicates, missing, wrong) and open transactions."""
-    rows = []
-    enriched = Counter(json.loads(r.value)["order_id"] for r in read_committed(
-        bootstrap, ENRICHED_TOPIC))
-    rows.append((ENRICHED_TOPIC, len(fed.good), sum(enriched.values()),
-                 sum(n - 1 for n in enriched.values() if n > 1),
-                 len(set(fed.good) - set(enriched)), len(set(enriched) - set(fed.good))))
-    dlq = Counter(r.value for r in read_committed(bootstrap, DLQ_TOPIC))
-    rows.append((DLQ_TOPIC, sum(fed.bad.values()), sum(dlq.values()),
-                 sum(max(0, n - fed.bad[v]) for v, n in dlq.items()),
-                 sum(max(0, n - dlq[v]) for v, n in fed.bad.items()),
-                 sum(1 for v in dlq if v not in fed.bad)))
-    want = expected_stats(fed)
-    got: Counter[tuple[int, str]] = Counter()
-    wrong = 0
-    for record in read_committed(bootstrap, STATS_TOPIC):
-        stat = json.loads(record.value)
-        key = (stat["window_start"], stat["region"])
-        got[key] += 1
-        expected = want.get(key)
-        if expected is None or expected[0] != stat["orders"] or \
-                abs(expected[1] - stat["total"]) > 0.011:
-            wrong += 1
-    rows.append((STATS_TOPIC, len(want), sum(got.values()),
-                 sum(n - 1 for n in got.values() if n > 1), len(set(want) - set(got)), wrong))
+def verify(bootstrap: str, fed: Fed, catch_up: CatchUp) -> tuple[list[Any], int]:
+    """Each output topic read_committed against the input (exactly.demo.verdict.OutputCheck),
+    and the transactions of the queries left open."""
+    checks = check_outputs(fed, [r.value for r in read_committed(bootstrap, ENRICHED_TOPIC)],
+                           [r.value for r in read_committed(bootstrap, DLQ_TOPIC)],
+                           [r.value for r in read_committed(bootstrap, STATS_TOPIC)], catch_up)
     from exactly.spark import open_transactions  # here: `exactly demo --help` needs no pyspark
 
     client = {"bootstrap.servers": bootstrap}
     open_txns = sum(len(open_transactions(client, f"exactly-spark-{q}")) for q in QUERIES)
-    return rows, open_txns
+    return checks, open_txns
 
 
 def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
@@ -325,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the sinks' deliveryGuarantee (default exactly-once)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of the events and of the kill times (default: random, printed)")
+    parser.add_argument("--catch-up-seconds", type=float, default=CATCH_UP_SECONDS, metavar="S",
+                        help="once the feeding is done, how long to wait at most for the "
+                             "pipeline to process the whole input before the output is checked; "
+                             "if it has not, the verdict says where it was (default "
+                             f"{CATCH_UP_SECONDS:g})")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--cluster", type=int, default=None, metavar="N",
                        help="run Spark as a standalone cluster of N workers (1 core each) on "
@@ -335,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cluster is not None and args.cluster < 1:
         parser.error("--cluster needs at least 1 worker")
+    if args.catch_up_seconds <= 0:
+        parser.error("--catch-up-seconds must be more than 0")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     work = Path(tempfile.mkdtemp(prefix="exactly-demo-"))
     with contextlib.ExitStack() as stack:
@@ -343,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"starting a Spark cluster: a master and {args.cluster} workers of 1 core")
             cluster = stack.enter_context(SparkCluster(args.cluster, work_dir=work / "spark"))
             say(f"Spark master at {cluster.master_url}")
-        broker = stack.enter_context(EmbeddedBroker(data_dir=work / "broker"))
+        broker = stack.enter_context(EmbeddedBroker(data_dir=work / "broker",
+                                                    log_path=work / "broker.log"))
         return run(args, seed, work, broker.bootstrap, cluster)
     return 1  # not reached: the block returns
 
@@ -364,9 +358,13 @@ def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
         f"{args.trigger_seconds:g} s triggers, {args.crashes} kills "
         f"({', '.join(killer.kinds)})")
 
+    runs = 0
+
     def new_driver() -> Driver:
+        nonlocal runs
+        runs += 1
         return Driver(bootstrap, work / "checkpoints", args.delivery, args.trigger_seconds,
-                      spark_args)
+                      spark_args, work / f"driver-{runs}.log")
 
     driver = new_driver()
     last, kill_at = time.monotonic(), None
@@ -405,25 +403,34 @@ def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
             break
     feeder.join()
     target = input_end(bootstrap)
-    say(f"feeding done: {feeder.fed.total} events; waiting for the pipeline to catch up")
+    say(f"feeding done: {feeder.fed.total} events; waiting for the pipeline to catch up "
+        f"(at most {args.catch_up_seconds:g} s)")
     want_windows = len(expected_stats(feeder.fed))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    waiting = time.monotonic()
+    caught_up, windows = False, 0
+    while time.monotonic() - waiting < args.catch_up_seconds:
         time.sleep(1)
         if not driver.errors.empty() or driver.proc.poll() is not None:
             break
-        done = driver.progress.get("orders", {}).get("end")
-        if done is not None and (json.loads(done) if isinstance(done, str) else done) \
-                == target and len(read_committed(bootstrap, STATS_TOPIC)) >= want_windows:
+        if offsets(driver.progress.get("orders", {}).get("end")) != offsets(target):
+            continue
+        windows = len(read_committed(bootstrap, STATS_TOPIC))
+        if windows >= want_windows:
+            caught_up = True
             break
+    catch_up = CatchUp(args.catch_up_seconds, time.monotonic() - waiting, caught_up,
+                       offsets(driver.progress.get("orders", {}).get("end")),
+                       offsets(target) or {}, windows, want_windows)
     code = driver.stop() if driver.proc.poll() is None else driver.proc.returncode
-    if not driver.errors.empty():
-        say(f"the pipeline failed: {driver.errors.get()}")
+    error = None if driver.errors.empty() else driver.errors.get()
+    if error is not None:
+        say(f"the pipeline failed: {error}")
     elapsed = time.monotonic() - started
-    rows, open_txns = verify(bootstrap, feeder.fed)
+    checks, open_txns = verify(bootstrap, feeder.fed, catch_up)
+    catch_up.windows = checks[2].records - checks[2].duplicates  # as read by the check
     print()
-    print(table(rows, ("output (read_committed)", "expected", "records", "duplicates",
-                       "missing", "wrong")))
+    print(table([c.row() for c in checks], ("output (read_committed)", "expected", "records",
+                                             "duplicates", "missing", "wrong")))
     print(f"\ninput records: {feeder.fed.total}   {killer.summary()}   "
           f"open transactions of the queries: {open_txns}   driver exit: {code}")
     batches += driver.batches["orders"]
@@ -432,10 +439,15 @@ def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
           f"{batches} batches for {feeder.fed.total} events: "
           f"{feeder.fed.total * 1000 / max(1, batch_ms):.0f} events/s "
           f"(fed at {args.rate:.0f}/s; {elapsed:.0f} s in all, driver restarts included)")
-    ok = open_txns == 0 and code == 0 and all(r[3] == r[4] == r[5] == 0 for r in rows)
-    say("verified: every event exactly once, no transaction left open" if ok
-        else "VERIFICATION FAILED")
-    return 0 if ok else 1
+    findings = verdict(checks, catch_up, open_transactions=open_txns, driver_exit=code,
+                       pipeline_error=error)
+    for finding in findings:
+        print(f"  - {finding}")
+    if findings:
+        print(f"  the broker's log: {work / 'broker.log'}; the driver's: "
+              f"{', '.join(str(work / f'driver-{n}.log') for n in range(1, runs + 1))}")
+    say(headline(findings, catch_up, checks, driver_exit=code, pipeline_error=error))
+    return 1 if findings else 0
 
 
 if __name__ == "__main__":

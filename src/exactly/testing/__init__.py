@@ -7,7 +7,8 @@
 
 The broker runs as `python -m exactly broker` so that a test talks to it over TCP exactly as a
 client would, and so that `kill()` is a real crash. Its stderr (the broker's log) goes to
-`broker.log_path`; on a test failure the pytest fixtures below add it to the report.
+`broker.log_path`, which start() registers (exactly.testing.logs): a test that fails while the
+broker is open shows the end of it on its report, however the broker was started.
 
 pytest fixtures (import them into conftest.py):
     broker          a started broker, stopped after the test; settings from
@@ -16,6 +17,9 @@ pytest fixtures (import them into conftest.py):
 
 Apache Kafka 4.4 beside it, for comparing answers and speed: `ApacheKafka` and its fixtures
 `apache_kafka` and `apache_kafka_factory` (exactly.testing.kafka).
+
+The hooks that put the logs on failed tests' reports are the pytest plugin
+exactly.testing.logs (tests/conftest.py loads it).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any, Self
 from exactly import failpoints
 from exactly.testing.kafka import ApacheKafka as ApacheKafka
 from exactly.testing.kafka import KafkaStartError as KafkaStartError
+from exactly.testing.logs import ProcessLog, register_log
 from exactly.testing.ports import free_port
 from exactly.testing.spark_connect import SparkConnectServer as SparkConnectServer
 from exactly.testing.spark_connect import SparkConnectStartError as SparkConnectStartError
@@ -112,6 +117,7 @@ class EmbeddedBroker:
         self.starts = 0
         self._reader: threading.Thread | None = None
         self._listening = threading.Event()
+        self._log: ProcessLog | None = None
         _live.add(self)
 
     # -- what tests use --
@@ -138,6 +144,10 @@ class EmbeddedBroker:
         draw it as their own source port and connect to themselves."""
         if self.running:
             raise RuntimeError(f"broker already running on {self.bootstrap}")
+        self._log = register_log(
+            "broker", self.log_path, title=lambda: f"broker log {self.bootstrap}", lines=300,
+            temporary=self._tmp_root is not None and self.log_path.is_relative_to(self._tmp_root)
+            and not os.environ.get(KEEP_ENV))
         # After a first start, ask for the port clients already know.
         port = self.port if self.starts else self._requested_port
         for attempt in range(5):
@@ -197,6 +207,9 @@ class EmbeddedBroker:
             self.stop()
         finally:
             _live.discard(self)
+            if self._log is not None:
+                self._log.close()  # (a test running keeps a temporary log: logs.py)
+                self._log = None
             if self._tmp_root is not None and not os.environ.get(KEEP_ENV):
                 shutil.rmtree(self._tmp_root, ignore_errors=True)
                 self._tmp_root = None
@@ -419,11 +432,6 @@ try:
 except ImportError:  # pytest is a test dependency; the class above works without it
     pass
 else:
-    _BROKERS = pytest.StashKey[list[EmbeddedBroker]]()
-
-    def _track(node: Any, b: EmbeddedBroker) -> None:
-        node.stash.setdefault(_BROKERS, []).append(b)
-
     @pytest.fixture
     def broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker]:
         """A started broker on a temporary data dir; settings from
@@ -433,7 +441,6 @@ else:
         if marker:
             settings.update(marker.kwargs)
         b = EmbeddedBroker(settings=settings)
-        _track(request.node, b)
         try:
             b.start()
             yield b
@@ -441,14 +448,13 @@ else:
             b.close()
 
     @pytest.fixture
-    def broker_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., EmbeddedBroker]]:
+    def broker_factory() -> Iterator[Callable[..., EmbeddedBroker]]:
         """make(**EmbeddedBroker kwargs) -> a started broker. All are closed after the test."""
         made: list[EmbeddedBroker] = []
 
         def make(**kwargs: Any) -> EmbeddedBroker:
             b = EmbeddedBroker(**kwargs)
             made.append(b)
-            _track(request.node, b)
             return b.start()
 
         try:
@@ -456,22 +462,3 @@ else:
         finally:
             for b in made:
                 b.close()
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
-        """On a failed test, add each broker's log, and each Apache Kafka node's, to the report
-        (before close() removes them)."""
-        from exactly.testing import kafka
-
-        outcome: Any = yield
-        report = outcome.get_result()
-        if report.failed and report.when in ("setup", "call"):
-            brokers: list[EmbeddedBroker] = list(item.stash.get(_BROKERS, ()))
-            for value in getattr(item, "funcargs", {}).values():
-                if isinstance(value, EmbeddedBroker) and value not in brokers:
-                    brokers.append(value)
-            for b in brokers:
-                report.sections.append(
-                    (f"broker log {b.bootstrap} ({b.log_path})", b.log_tail(300))
-                )
-            report.sections.extend(kafka.report_sections(item))

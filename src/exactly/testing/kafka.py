@@ -18,8 +18,9 @@ factor 3 and `min.insync.replicas=2` on three nodes (1 and 1 on one node), inter
 replicated the same way, KIP-939's `transaction.two.phase.commit.enable=true`, and transaction
 version 2 (Kafka 4.4's default feature level). `settings` override any of them.
 
-Each node's output (log4j2 to stderr, INFO) goes to `node_log(node_id)`; the pytest fixtures
-below attach it to a failed test's report.
+Each node's output (log4j2 to stderr, INFO) goes to `node_log(node_id)`, registered by the
+node's start (exactly.testing.logs): a test that fails while the cluster is open shows it on its
+report.
 
 pytest fixtures (import them into conftest.py):
     apache_kafka          a started one-node Kafka, stopped after the test; settings from
@@ -47,6 +48,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from exactly.testing.logs import ProcessLog, register_log
 from exactly.testing.ports import NoFreePort, free_port
 
 KEEP_ENV = "EXACTLY_KEEP_BROKER_DATA"  # set to 1 to keep temporary data dirs for a post-mortem
@@ -184,6 +186,7 @@ class ApacheKafka:
         self._classpath: str | None = None
         self._formatted = False
         self.starts = {n: 0 for n in self.node_ids}
+        self._logs: dict[int, ProcessLog] = {}
         _live.add(self)
 
     # -- what tests use --
@@ -279,6 +282,9 @@ class ApacheKafka:
                 self.kill(n)
         finally:
             _live.discard(self)
+            for entry in self._logs.values():
+                entry.close()  # (a test running keeps a temporary log: logs.py)
+            self._logs.clear()
             if self._tmp_root is not None and not os.environ.get(KEEP_ENV):
                 shutil.rmtree(self._tmp_root, ignore_errors=True)
                 self._tmp_root = None
@@ -396,6 +402,9 @@ class ApacheKafka:
                f"-Dlog4j2.configurationFile={self._log4j_config()}",
                "-cp", self.classpath, "kafka.Kafka", str(props)]
         self.starts[node_id] += 1
+        self._logs[node_id] = register_log(
+            f"Apache Kafka node {node_id}", self.node_log(node_id), lines=300,
+            temporary=self._tmp_root is not None and not os.environ.get(KEEP_ENV))
         self._note(node_id, f"start #{self.starts[node_id]}: {' '.join(cmd[:3])} ... kafka.Kafka "
                             f"{props}")
         with open(self.node_log(node_id), "ab") as log:

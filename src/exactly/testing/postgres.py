@@ -6,8 +6,9 @@
 
 `initdb` into a temporary directory, then `pg_ctl start` on a free TCP port of 127.0.0.1 with
 its unix socket in that directory; `stop()` (or leaving the block) shuts it down and removes
-it. PostgreSQL refuses to run as root, so as root the server runs as the `postgres` OS user
-(`runuser -u postgres`), which owns the directory. Binaries come from PATH or
+it; its log is registered (exactly.testing.logs), so a test that fails while the server runs
+shows it on its report. PostgreSQL refuses to run as root, so as root the server runs as the
+`postgres` OS user (`runuser -u postgres`), which owns the directory. Binaries come from PATH or
 /usr/lib/postgresql/*/bin (Debian's `postgresql` package). Anything that goes wrong raises
 PostgresStartError with the server's log: a test that needs PostgreSQL fails, it never skips.
 """
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+from exactly.testing.logs import ProcessLog, register_log
 
 __all__ = ["PostgresStartError", "PrivatePostgres", "find_pg_bin"]
 
@@ -63,6 +66,7 @@ class PrivatePostgres:
         self.host = "127.0.0.1"
         self.user = "postgres"
         self._as_postgres = os.geteuid() == 0
+        self._log: ProcessLog | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -97,6 +101,7 @@ class PrivatePostgres:
             raise PostgresStartError(f"initdb failed ({init.returncode}):\n{init.stdout}\n"
                                      f"{init.stderr}")
         self.port = _free_port()
+        self._log = register_log("PostgreSQL", self.log_path, temporary=True)
         options = [f"-p {self.port}", f"-k {self.root}", "-c listen_addresses=127.0.0.1",
                    *(f"-c {k}={v}" for k, v in self.settings.items())]
         started = self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_path),
@@ -137,6 +142,9 @@ class PrivatePostgres:
                 self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop",
                           timeout=60)
         finally:
+            if self._log is not None:
+                self._log.close()  # (a test running keeps it: logs.py)
+                self._log = None
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
 

@@ -61,6 +61,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, Self
 
+from exactly.testing.logs import ProcessLog, register_log
+
 log = logging.getLogger(__name__)
 
 _BLOCK = 4096
@@ -575,7 +577,8 @@ class PowerCutFS:
 
     start() mounts it (the directory is created if missing), cut() drops every write not made
     durable, close() unmounts it (`fusermount3 -u`) and ends the process. Its log (cuts and what
-    they dropped) goes to `log_path`, by default a temporary file that close() removes."""
+    they dropped) goes to `log_path`, by default a temporary file that close() removes;
+    registered (exactly.testing.logs), a failed test's report shows it."""
 
     def __init__(self, mountpoint: str | os.PathLike[str], *,
                  log_path: str | os.PathLike[str] | None = None,
@@ -587,9 +590,12 @@ class PowerCutFS:
         self.log_path = Path(log_path) if log_path is not None else self._tmp / "powercut.log"
         self.startup_timeout = startup_timeout
         self.process: subprocess.Popen[bytes] | None = None
+        self._log: ProcessLog | None = None
 
     def start(self) -> Self:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
+        self._log = register_log("power-cut filesystem", self.log_path,
+                                 temporary=self.log_path.is_relative_to(self._tmp))
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "exactly.testing.powercut", str(self.mountpoint),
@@ -673,6 +679,15 @@ class PowerCutFS:
         proc, self.process = self.process, None
         if proc is None:
             return
+        try:
+            self._unmount(proc)
+        finally:
+            if self._log is not None:
+                self._log.close()  # (a test running keeps a temporary log: logs.py)
+                self._log = None
+            shutil.rmtree(self._tmp, ignore_errors=True)  # the control socket, the default log
+
+    def _unmount(self, proc: subprocess.Popen[bytes]) -> None:
         if os.path.ismount(self.mountpoint):
             done = subprocess.run(["fusermount3", "-u", str(self.mountpoint)],
                                   capture_output=True, check=False)
@@ -684,7 +699,6 @@ class PowerCutFS:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        shutil.rmtree(self._tmp, ignore_errors=True)  # the control socket, the default log
 
     def __enter__(self) -> Self:
         return self.start()

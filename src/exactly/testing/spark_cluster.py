@@ -13,7 +13,9 @@ and `start-worker.sh` run), bound to 127.0.0.1 on free ports, each worker in a p
 its own: the executors a worker launches are in its group. PySpark's daemon moves itself and
 its Python workers to a group of their own, so `kill_worker` kills the worker's group and every
 descendant of the worker, all at once, as when a machine of a cluster dies. Executors are JVMs of
-their own, not threads of the driver as in `local[N]`. Logs go to files in `work_dir`.
+their own, not threads of the driver as in `local[N]`. Logs go to files in `work_dir`: the
+master's, each worker's and each executor's (its stderr, where its Python workers' errors go
+too), all registered (exactly.testing.logs): a test that fails while the cluster runs shows them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+from exactly.testing.logs import ProcessLog, register_log
 
 __all__ = ["SparkCluster", "SparkClusterError", "spark_home"]
 
@@ -125,6 +129,7 @@ class SparkCluster:
         self.master: subprocess.Popen[bytes] | None = None
         self.master_url = ""
         self.workers: list[subprocess.Popen[bytes] | None] = []
+        self._logs: list[ProcessLog] = []
         _live.add(self)
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -136,7 +141,19 @@ class SparkCluster:
                 "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
                 **self.extra_env}
 
+    def _temporary(self) -> bool:
+        return self._own_dir and not os.environ.get("EXACTLY_KEEP_SPARK_CLUSTER")
+
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        entry = register_log(f"Spark {name}", self.work_dir / f"{name}.log",
+                             temporary=self._temporary())
+        if entry not in self._logs:
+            self._logs.append(entry)
+        if name.startswith("worker-"):  # its executors' logs, in its --work-dir
+            entry = register_log(f"Spark executor ({name})", self.work_dir / name,
+                                 pattern="app-*/*/std*", temporary=self._temporary())
+            if entry not in self._logs:
+                self._logs.append(entry)
         log = (self.work_dir / f"{name}.log").open("ab")
         try:
             return subprocess.Popen(
@@ -217,7 +234,10 @@ class SparkCluster:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
         _live.discard(self)
-        if self._own_dir and not os.environ.get("EXACTLY_KEEP_SPARK_CLUSTER"):
+        for entry in self._logs:
+            entry.close()  # (a test running keeps a temporary log: logs.py)
+        self._logs.clear()
+        if self._temporary():
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> Self:

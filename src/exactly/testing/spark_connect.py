@@ -21,7 +21,8 @@ in Spark 4.3 a stream's Python workers do not see a Connect session's artifacts
 The server runs in a session of its own, so that `kill()` takes the JVM and every Python worker
 (pyspark's daemon gives its workers process groups of their own, but they stay in the session),
 and so that a fault point's `crash` in one of them (EXACTLY_FAILPOINTS in `env`) kills the
-whole server and nothing else. Its output goes to `log_path`, appended across starts.
+whole server and nothing else. Its output goes to `log_path`, appended across starts, registered
+(exactly.testing.logs): a test that fails while the server is open shows it on its report.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from types import TracebackType
 from typing import Self
 
 from exactly import failpoints
+from exactly.testing.logs import ProcessLog, register_log
 from exactly.testing.spark_cluster import spark_home
 
 __all__ = ["SERVER_CLASS", "SparkConnectServer", "SparkConnectStartError"]
@@ -97,6 +99,7 @@ class SparkConnectServer:
         self.port = port
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self._log: ProcessLog | None = None
         _live.add(self)
 
     @property
@@ -126,6 +129,9 @@ class SparkConnectServer:
         accepts connections."""
         if self.running:
             raise RuntimeError(f"Spark Connect server already running at {self.remote}")
+        self._log = register_log(
+            "Spark Connect server", self.log_path,
+            temporary=self._own_dir and not os.environ.get("EXACTLY_KEEP_SPARK_CONNECT"))
         if not self.port:
             self.port = _free_port(self.host)
         try:
@@ -222,6 +228,9 @@ class SparkConnectServer:
             self.stop()
         finally:
             _live.discard(self)
+            if self._log is not None:
+                self._log.close()  # (a test running keeps a temporary log: logs.py)
+                self._log = None
             if self._own_dir and not os.environ.get("EXACTLY_KEEP_SPARK_CONNECT"):
                 shutil.rmtree(self.work_dir, ignore_errors=True)
 
