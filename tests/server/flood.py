@@ -66,9 +66,11 @@ def produce_frame(topic: str) -> bytes:
                   timeout=datetime.timedelta(seconds=30), topic_data=(data,))
 
 
-def flooder(host: str, port: int, frame: bytes, stop: Any, answers: Any) -> None:
+def flooder(host: str, port: int, frame: bytes, stop: Any, answers: Any,
+            sent: Any = None) -> None:
     """In a child process: send `frame` pipelined as fast as the broker takes it, reading the
-    answers on another thread (counted in `answers`, bytes) so the broker never stalls on us."""
+    answers on another thread (counted in `answers`, bytes) so the broker never stalls on us.
+    `sent`, if given, counts the copies of `frame` written to the socket."""
     os.nice(10)  # the canary's client shares these two cores
     sock = socket.create_connection((host, port))
     done = threading.Event()
@@ -90,6 +92,8 @@ def flooder(host: str, port: int, frame: bytes, stop: Any, answers: Any) -> None
     try:
         while not stop.is_set():
             sock.sendall(burst)
+            if sent is not None:  # this process alone writes it
+                sent.value += PIPELINE
     except OSError:
         pass
     finally:

@@ -1,17 +1,28 @@
-"""Zero-copy fetch (issue 19): on PLAINTEXT, a Fetch answer's records go from the segment files to
-the socket with sendfile; on TLS they are read and copied, as before. Kafka's clients must not
-see a difference, so these tests ask the same thing over both listeners of one broker and compare
-the answers byte for byte: read_committed with aborted transactions and control batches at the
-edges of a fetch, every fetch limit, compressed batches, pipelined requests, answers too large
-for the socket, and segments rolled and deleted (DeleteRecords) while such an answer is being
-sent. Real clients (confluent-kafka, kafka-python) then read everything back over both.
+"""Zero-copy fetch (network.py): on PLAINTEXT, a Fetch answer's records go from the segment files
+to the socket with sendfile; on TLS they are read and copied. Kafka's clients must not see a
+difference, so these tests ask the same thing over both listeners of one broker and compare the
+answers byte for byte: read_committed with aborted transactions and control batches at the edges
+of a fetch, every fetch limit, batches in every codec, pipelined requests, answers too large for
+the socket, and segments rolled and deleted (DeleteRecords) while such an answer is being sent.
+Real clients (confluent-kafka, kafka-python) then read everything back over both.
+
+A range under the copy threshold (network.COPY_BELOW) is copied on PLAINTEXT too, so the data
+here is made of batches above it, each alone (the transaction markers are below): every range
+that holds a record goes out with sendfile. Both paths giving the same bytes, the broker's count
+of the bytes it sent with sendfile (`exactly_fetch_sendfile_bytes_total` on /metrics) is what
+shows the PLAINTEXT answers took that path: the tests check it grew by at least the bytes of the
+ranges above the threshold they were answered, and not at all over SSL. After a restart
+(test_after_a_restart_both_paths_keep_their_order) the answers go as bytes on purpose: the first
+read of the unchecked segments checks them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import os
+import random
 import socket
 import ssl
 import struct
@@ -27,18 +38,33 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from exactly.protocol.apis import SUPPORTED, ApiKey, build, request_class
 from exactly.protocol.errors import ErrorCode
-from exactly.protocol.framing import decode_response
-from exactly.protocol.records import Record, build_batch, iter_batches
+from exactly.protocol.framing import RequestHeader, decode_response, encode_request
+from exactly.protocol.records import Record, build_batch, decode_records, iter_batches
+from exactly.server.network import COPY_BELOW
 from exactly.testing import EmbeddedBroker, TestCertificates, make_test_certificates
 from tests.rawclient import RawConnection
+from tests.server.test_metrics import _metrics_url, _scrape
 from tests.support import create_topic
 
-TXN = "zc-txn"  # p0: transactions (committed, aborted, open), p1: compressed batches, p2: empty
+TXN = "zc-txn"  # p0: transactions (committed, aborted, open), p1: batches in each codec, p2: empty
 BIG = "zc-big"  # 6 partitions of 200 kB batches, 10 to a segment
 SEGMENT_BYTES = 2 * 1024 * 1024
 BIG_BATCH = 200_000
 LATEST = SUPPORTED[ApiKey.FETCH][1]
 VERSIONS = sorted({SUPPORTED[ApiKey.FETCH][0], 7, 11, 12, 13, LATEST})
+UNLIMITED = 1 << 20
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")  # in the order of their ids in a batch
+
+
+def big_value(label: str) -> bytes:
+    """A record value that makes a batch of its own above the copy threshold in every codec:
+    `label`, bytes that do not compress (seeded by the label, the same every run), then the label
+    repeated, which does."""
+    return (label.encode() + b"/" + random.Random(label).randbytes(COPY_BELOW)
+            + label.encode() * 400)
+
+
+CODEC_VALUES = [big_value(f"{codec}-{i}") for codec in CODECS for i in range(2)]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +78,20 @@ def broker(certs: TestCertificates) -> Iterator[EmbeddedBroker]:
             "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
             "ssl.keystore.location": str(certs.server), "ssl.truststore.location": str(certs.ca),
             "log.flush.policy": "os", "log.segment.bytes": str(SEGMENT_BYTES),
-            "metrics.listen": "127.0.0.1:0"}) as b:  # requests timed: answers' sizes counted
+            "metrics.listen": "127.0.0.1:0"}) as b:  # the bytes sent with sendfile are counted
         yield b
+
+
+def sendfile_bytes(broker: EmbeddedBroker) -> float:
+    """The broker's count of the bytes it sent from segment files with sendfile."""
+    return _scrape(_metrics_url(broker))[("exactly_fetch_sendfile_bytes_total", ())]
+
+
+def ranges_from_files(answer: Any) -> int:
+    """The bytes of a decoded Fetch answer's ranges that go out with sendfile: each
+    partition's records, when they reach the copy threshold."""
+    return sum(len(p.records or b"") for t in answer.responses for p in t.partitions
+               if len(p.records or b"") >= COPY_BELOW)
 
 
 def connect(broker: EmbeddedBroker, listener: str, certs: TestCertificates,
@@ -122,50 +160,60 @@ def exchange(conn: RawConnection, version: int, requests: list[Any]) -> list[byt
     return [conn.read_frame() for _ in requests]
 
 
+def pipelined(conn: RawConnection, frames: list[bytes]) -> list[bytes]:
+    """Send request frames in one write; their answers' frames, in order."""
+    conn.send_bytes(b"".join(frames))
+    return [conn.read_frame() for _ in frames]
+
+
 @pytest.fixture(scope="module")
-def txn_topic(broker: EmbeddedBroker) -> Iterator[list[bytes]]:
+def txn_topic(broker: EmbeddedBroker, certs: TestCertificates) -> Iterator[list[bytes]]:
     """TXN p0: batches of plain, aborted, committed and (last) open transactions, each ended by
-    its marker; p1: batches in each codec. Yields the values read_committed returns from p0."""
+    its marker; p1: two batches in each codec. A record a batch, each batch above the copy
+    threshold but the markers. Yields the values read_committed returns from p0."""
     from confluent_kafka import Producer
 
     create_topic(broker.bootstrap, TXN, partitions=3)
     base = {"bootstrap.servers": broker.bootstrap, "linger.ms": 0}
-    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+    values = iter(CODEC_VALUES)
+    for codec in CODECS:
         producer = Producer({**base, "compression.type": codec})
-        for i in range(2):
-            producer.produce(TXN, value=f"{codec}-{i}".encode() * 50, partition=1)
+        for _ in range(2):
+            producer.produce(TXN, value=next(values), partition=1)
             assert producer.flush(10) == 0
     plain = Producer(base)
-    t1, t2 = (Producer({**base, "transactional.id": f"zc-{name}", "compression.type": codec})
+    # t2's last transaction stays open until the module ends, however long it takes.
+    t1, t2 = (Producer({**base, "transactional.id": f"zc-{name}", "compression.type": codec,
+                        "transaction.timeout.ms": 900_000})
               for name, codec in (("t1", "lz4"), ("t2", "zstd")))
     for p in (t1, t2):
         p.init_transactions(10)
     committed: list[bytes] = []
 
-    def write(producer: Any, *values: bytes, commit: bool | None = None) -> None:
-        for value in values:  # a batch each
-            producer.produce(TXN, value=value, partition=0)
+    def write(producer: Any, *labels: str, commit: bool | None = None) -> None:
+        for label in labels:  # a batch each; the label's first letter tells its kind (_kinds)
+            producer.produce(TXN, value=big_value(label), partition=0)
             assert producer.flush(10) == 0
         if commit is not False and producer is not t1:
-            committed.extend(values)
+            committed.extend(big_value(label) for label in labels)
 
-    write(plain, b"n0")
+    write(plain, "n0")
     for round_ in range(3):
         t1.begin_transaction()
-        write(t1, f"a{round_}-1".encode(), f"a{round_}-2".encode(), commit=False)
+        write(t1, f"a{round_}-1", f"a{round_}-2", commit=False)
         t1.abort_transaction(10)
         t2.begin_transaction()
-        write(t2, f"c{round_}".encode() * 30)
+        write(t2, f"c{round_}")
         t2.commit_transaction(10)
-        write(plain, f"n{round_ + 1}".encode())
+        write(plain, f"n{round_ + 1}")
     t2.begin_transaction()
-    t2.produce(TXN, value=b"open", partition=0)  # left open: read_committed stops before it
+    t2.produce(TXN, value=big_value("open"), partition=0)  # left open: read_committed stops before it
     assert t2.flush(10) == 0
-    with contextlib.closing(RawConnection(broker.host, broker.port)) as conn:
+    with contextlib.closing(connect(broker, "SSL", certs)) as conn:  # not the path under test
         deadline = time.monotonic() + 10
         while True:  # the last markers are written after the answers to EndTxn
-            request = fetch_request(12, [(TXN, None, [(0, 0)])], max_bytes=1 << 20,
-                                    partition_max_bytes=1 << 20, read_committed=True)
+            request = fetch_request(12, [(TXN, None, [(0, 0)])], max_bytes=UNLIMITED,
+                                    partition_max_bytes=UNLIMITED, read_committed=True)
             _, answer = decode_response(ApiKey.FETCH, 12, exchange(conn, 12, [request])[0])
             p0 = answer.responses[0].partitions[0]
             if p0.high_watermark - 1 == p0.last_stable_offset:
@@ -176,66 +224,145 @@ def txn_topic(broker: EmbeddedBroker) -> Iterator[list[bytes]]:
     t2.abort_transaction(10)
 
 
+def _kinds(records: bytes) -> dict[int, str]:
+    """The kind of each batch of TXN p0, by offset: plain, aborted, committed or open (told by
+    the value's first letter), or a marker, abort or commit (its key's type)."""
+    kinds = {}
+    for batch in iter_batches(records):
+        record = decode_records(batch)[0]
+        if batch.is_control:
+            assert record.key is not None
+            kinds[batch.base_offset] = "commit" if struct.unpack(">hh", record.key)[1] else "abort"
+        else:
+            assert record.value is not None
+            kinds[batch.base_offset] = {"n": "plain", "a": "aborted", "c": "committed",
+                                        "o": "open"}[chr(record.value[0])]
+    return kinds
+
+
 def test_answers_are_byte_identical_to_the_copying_path(broker, certs, txn_topic):
+    """Fetches of TXN starting at each batch of p0 (and at its end), with limits that cut after
+    its first, second and third batch, inside its first, and none, each as max_bytes and as
+    partition_max_bytes, read_committed and not; p1 from a batch of each codec in turn. The
+    PLAINTEXT answers equal the SSL ones, byte for byte; the ranges above the copy threshold
+    among them cover control and aborted batches at both edges, every codec and both limits;
+    and the broker sent at least their bytes with sendfile."""
     with both(broker, certs) as (plain, tls):
-        ids = {(c, TXN): topic_id(c, TXN) for c in (plain, tls)}
-        probe = fetch_request(12, [(TXN, None, [(0, 0)])], max_bytes=1 << 20,
-                              partition_max_bytes=1 << 20, read_committed=False)
-        _, answer = decode_response(ApiKey.FETCH, 12, exchange(plain, 12, [probe])[0])
-        exchange(tls, 12, [probe])  # keeps the two connections' correlation ids equal
-        p0 = answer.responses[0].partitions[0]
+        tid = topic_id(tls, TXN)
+        probe = fetch_request(12, [(TXN, None, [(0, 0), (1, 0)])], max_bytes=UNLIMITED,
+                              partition_max_bytes=UNLIMITED, read_committed=False)
+        _, answer = decode_response(ApiKey.FETCH, 12, exchange(tls, 12, [probe])[0])
+        p0, p1 = answer.responses[0].partitions
+        kinds = _kinds(p0.records)
         batches = list(iter_batches(p0.records))
-        ends = [0] + [b.next_offset for b in batches]
-        sizes = [b.size for b in batches]
-        # Limits that cut at every batch boundary of p0, and inside batches.
-        limits = sorted({1, sizes[0], sizes[0] + 1, sum(sizes[:3]) - 1, sum(sizes[:5]), 1 << 20})
-        compared = aborted_seen = records_seen = 0
+        starts = [b.base_offset for b in batches] + [p0.high_watermark]
+        codec_starts = [b.base_offset for b in iter_batches(p1.records)]
+        assert [b.compression for b in iter_batches(p1.records)] == [c for c in range(5) for _ in "ab"]
+
+        def limits(i: int) -> list[int]:
+            sizes = [b.size for b in batches[i:i + 3]]
+            return sorted({sizes[0] - 1, *itertools.accumulate(sizes), UNLIMITED} if sizes
+                          else {1, UNLIMITED})
+
+        matrix = []  # (version, read_committed, partitions wanted, max_bytes, partition_max_bytes)
         for version in VERSIONS:
-            requests = []
-            for offset in ends[:-1] + [p0.high_watermark]:
-                for limit in limits:
-                    for committed in (False, True):
-                        wanted = [(0, offset), (1, 0), (2, 0)] if offset % 2 else [(1, 0), (0, offset), (2, 0)]
-                        requests.append((committed, wanted, limit, 1 << 20))
-                        requests.append((committed, wanted, 1 << 20, limit))
-            for start in range(0, len(requests), 24):
-                chunk = requests[start:start + 24]
-                frames = {}
-                for conn in (plain, tls):
-                    tid = ids[(conn, TXN)] if version >= 13 else None
-                    frames[conn] = exchange(conn, version, [
-                        fetch_request(version, [(TXN, tid, wanted)], max_bytes=max_bytes,
-                                      partition_max_bytes=pmax, read_committed=committed)
-                        for committed, wanted, max_bytes, pmax in chunk])
-                assert frames[plain] == frames[tls], f"Fetch v{version} answers differ"
-                for frame in frames[plain]:
-                    _, decoded = decode_response(ApiKey.FETCH, version, frame)
-                    for part in decoded.responses[0].partitions:
-                        assert part.error_code == ErrorCode.none
-                        records_seen += bool(part.records)
-                        aborted_seen += bool(part.aborted_transactions)
-                compared += len(chunk)
+            for i, offset in enumerate(starts):
+                p1_offset = codec_starts[i % len(codec_starts)]
+                # Which partition comes first changes what max_bytes leaves to the others.
+                wanted = ([(0, offset), (1, p1_offset), (2, 0)] if i % 2
+                          else [(1, p1_offset), (0, offset), (2, 0)])
+                for committed in (False, True):
+                    for limit in limits(i):
+                        matrix.append((version, committed, wanted, limit, UNLIMITED))
+                        if limit != UNLIMITED:
+                            matrix.append((version, committed, wanted, UNLIMITED, limit))
+        correlation_ids = itertools.count(1)
+        frames = [encode_request(RequestHeader(ApiKey.FETCH, version, next(correlation_ids), "zc"),
+                                 fetch_request(version, [(TXN, tid if version >= 13 else None,
+                                                          wanted)],
+                                               max_bytes=max_bytes, partition_max_bytes=pmax,
+                                               read_committed=committed))
+                  for version, committed, wanted, max_bytes, pmax in matrix]
+
+        seen: set[tuple[str, str]] = set()
+        from_files = records_seen = aborted_seen = 0
+        sent_before = sendfile_bytes(broker)
+        for start in range(0, len(matrix), 24):
+            chunk = range(start, min(start + 24, len(matrix)))
+            copied = dict(zip(chunk, pipelined(tls, [frames[k] for k in chunk]), strict=True))
+            answers = {k: decode_response(ApiKey.FETCH, matrix[k][0], copied[k])[1] for k in chunk}
+            # Answers with a range above the threshold and answers of bytes only are asked apart:
+            # a file answer behind bytes still unsent is copied (network.py), and each answer
+            # here is to take its own path.
+            for files in (True, False):
+                group = [k for k in chunk if bool(ranges_from_files(answers[k])) is files]
+                got = pipelined(plain, [frames[k] for k in group])
+                for k, frame in zip(group, got, strict=True):
+                    assert frame == copied[k], f"Fetch v{matrix[k][0]} answers differ: {matrix[k]}"
+            for k in chunk:
+                version, committed, wanted, max_bytes, pmax = matrix[k]
+                from_files += ranges_from_files(answers[k])
+                for part in answers[k].responses[0].partitions:
+                    assert part.error_code == ErrorCode.none
+                    records = part.records or b""
+                    records_seen += bool(records)
+                    aborted_seen += bool(part.aborted_transactions)
+                    if len(records) < COPY_BELOW:
+                        continue
+                    got_batches = list(iter_batches(records))
+                    first, last = got_batches[0], got_batches[-1]
+                    if part.partition_index == 1:
+                        seen.add(("codec", CODECS[first.compression]))
+                        continue
+                    if part.partition_index != 0:
+                        continue
+                    if committed:
+                        seen.add(("read_committed starts with", kinds[first.base_offset]))
+                        seen.add(("read_committed ends with", kinds[last.base_offset]))
+                    end = part.last_stable_offset if committed else part.high_watermark
+                    for name, limit in (("max_bytes", max_bytes), ("partition_max_bytes", pmax)):
+                        if limit != UNLIMITED and last.next_offset < end:
+                            seen.add(("cut by", name))
+                        if len(records) > limit:
+                            seen.add(("first batch whole, over", name))
+        sent = sendfile_bytes(broker) - sent_before
     # The comparisons covered records and aborted transactions, not only empty answers.
-    assert compared > 500 and records_seen > compared and aborted_seen > 50
+    print(f"\n{len(matrix)} fetches, {from_files:,} bytes of ranges from files, "
+          f"{sent:,.0f} sent with sendfile")
+    assert len(matrix) > 2000 and records_seen > len(matrix) and aborted_seen > 50
+    wanted_cases = {("codec", c) for c in CODECS} | {
+        (f"read_committed {edge} with", kind) for edge in ("starts", "ends")
+        for kind in ("aborted", "abort", "commit", "committed", "plain")} | {
+        (case, name) for case in ("cut by", "first batch whole, over")
+        for name in ("max_bytes", "partition_max_bytes")}
+    assert wanted_cases - seen == set(), "cases no range above the copy threshold covered"
+    assert sent >= from_files > 10_000_000, (
+        f"{from_files:,} bytes of ranges above the copy threshold were answered on PLAINTEXT, "
+        f"the broker sent {sent:,.0f} with sendfile")
 
 
 def test_other_answers_keep_their_order_around_file_answers(broker, certs, txn_topic):
-    """Fetch answers sent from files and ApiVersions/Metadata answers sent as bytes, pipelined
-    on one connection: each comes back whole and in order."""
+    """Fetch answers sent from files and ApiVersions answers sent as bytes, pipelined on one
+    connection: each comes back whole and in order. The first Fetch answer, with nothing before
+    it, goes out with sendfile; later ones may be copied behind the bytes still unsent."""
     with both(broker, certs) as (plain, tls):
         frames = {}
+        sent_before = sendfile_bytes(broker)
         for conn in (plain, tls):
             out = []
             for _ in range(10):
                 out.append(conn.frame(ApiKey.FETCH, 12, fetch_request(
-                    12, [(TXN, None, [(0, 0), (1, 0)])], max_bytes=1 << 20,
-                    partition_max_bytes=1 << 20, read_committed=True)))
+                    12, [(TXN, None, [(0, 0), (1, 0)])], max_bytes=UNLIMITED,
+                    partition_max_bytes=UNLIMITED, read_committed=True)))
                 out.append(conn.frame(ApiKey.API_VERSIONS, 3, request_class(ApiKey.API_VERSIONS, 3)(
                     client_software_name="zc", client_software_version="1")))
             conn.send_bytes(b"".join(out))
             frames[conn] = [conn.read_frame() for _ in out]
+        sent = sendfile_bytes(broker) - sent_before
         assert frames[plain] == frames[tls]
         assert [struct.unpack_from(">i", f)[0] for f in frames[plain]] == list(range(1, 21))
+    _, first = decode_response(ApiKey.FETCH, 12, frames[plain][0])
+    assert sent >= ranges_from_files(first) > 0
 
 
 def _deleted_segments_held(pid: int) -> int:
@@ -266,6 +393,7 @@ def test_segments_rolled_and_deleted_while_an_answer_is_sent(broker, certs):
                                 read_committed=False)
         tls = connect(broker, "SSL", certs)
         plain = connect(broker, "PLAINTEXT", certs, receive_buffer=4096)
+        sent_before = sendfile_bytes(broker)
         try:
             expected = exchange(tls, 12, [request])[0]
             plain.send_bytes(plain.frame(ApiKey.FETCH, 12, request))
@@ -286,6 +414,9 @@ def test_segments_rolled_and_deleted_while_an_answer_is_sent(broker, certs):
             plain.close()
             tls.close()
     assert len(expected) > 8_000_000 and got == expected
+    # From the files, rolled and deleted ones included: every range, each above the threshold.
+    _, answer = decode_response(ApiKey.FETCH, 12, got)
+    assert sendfile_bytes(broker) - sent_before >= ranges_from_files(answer) > 8_000_000
     # Sent in full, the files are let go.
     deadline = time.monotonic() + 5
     while _deleted_segments_held(broker.process.pid):  # type: ignore[union-attr]
@@ -319,6 +450,7 @@ def test_a_client_that_goes_away_mid_answer_costs_nothing(broker, certs):
                                 max_bytes=64 << 20, partition_max_bytes=16 << 20,
                                 read_committed=False)
         plain = connect(broker, "PLAINTEXT", certs, receive_buffer=4096)
+        sent_before = sendfile_bytes(broker)
         plain.send_bytes(plain.frame(ApiKey.FETCH, 12, request))
         deadline = time.monotonic() + 5
         while _files_held(pid, topic) == idle:  # the answer's own descriptors
@@ -329,6 +461,7 @@ def test_a_client_that_goes_away_mid_answer_costs_nothing(broker, certs):
         while _files_held(pid, topic) != idle:
             assert time.monotonic() < deadline, "the broker keeps the answer's files open"
             time.sleep(0.02)
+        assert sendfile_bytes(broker) > sent_before  # the answer was under way, from the files
         answer = admin.request(ApiKey.API_VERSIONS, 3, client_software_name="zc",
                                client_software_version="1")
         assert answer.error_code == ErrorCode.none
@@ -361,12 +494,14 @@ def test_a_connection_duplicates_its_socket_once(broker):
     ports = conn.sock.getsockname()[1], broker.port
     produce(conn, topic, 0, batch)
     assert _socket_descriptors(pid, *ports) == 1
-    request = fetch_request(12, [(topic, None, [(0, 0)])], max_bytes=1 << 20,
-                            partition_max_bytes=1 << 20, read_committed=False)
+    request = fetch_request(12, [(topic, None, [(0, 0)])], max_bytes=UNLIMITED,
+                            partition_max_bytes=UNLIMITED, read_committed=False)
+    sent_before = sendfile_bytes(broker)
     for _ in range(3):
         _, answer = decode_response(ApiKey.FETCH, 12, exchange(conn, 12, [request])[0])
-        assert len(answer.responses[0].partitions[0].records) == len(batch)  # from the file
+        assert len(answer.responses[0].partitions[0].records) == len(batch)
         assert _socket_descriptors(pid, *ports) == 2
+    assert sendfile_bytes(broker) - sent_before >= 3 * len(batch)  # from the file, each time
     conn.close()
     deadline = time.monotonic() + 5
     while _socket_descriptors(pid, *ports):
@@ -453,14 +588,20 @@ def _kafka_python_read(bootstrap: str, extra: dict[str, Any], partition: int,
 @pytest.mark.parametrize("listener", ["PLAINTEXT", "SSL"])
 def test_real_clients_read_everything_back(broker, certs, txn_topic, client, listener):
     bootstrap = broker.address(listener)
-    codecs = [f"{c}-{i}".encode() * 50 for c in ("none", "gzip", "snappy", "lz4", "zstd")
-              for i in range(2)]
     if client == "confluent-kafka":
         extra = {"security.protocol": "SSL", "ssl.ca.location": str(certs.ca)} if listener == "SSL" else {}
         read = _confluent_read
     else:
         extra = {"security_protocol": "SSL", "ssl_cafile": str(certs.ca)} if listener == "SSL" else {}
         read = _kafka_python_read  # type: ignore[assignment]
-    # Small fetch limits: many fetches, each ending at some batch or marker.
+    # Fetch limits below a batch: many fetches, each of one batch or marker (KIP-74).
+    sent_before = sendfile_bytes(broker)
     assert read(bootstrap, extra, 0, len(txn_topic)) == txn_topic
-    assert read(bootstrap, extra, 1, len(codecs)) == codecs
+    assert read(bootstrap, extra, 1, len(CODEC_VALUES)) == CODEC_VALUES
+    sent = sendfile_bytes(broker) - sent_before
+    # Over PLAINTEXT the batches went out from the files (each of them at least once: a client
+    # may fetch a batch again); over SSL none did.
+    if listener == "PLAINTEXT":
+        assert sent >= sum(map(len, txn_topic + CODEC_VALUES)), f"{sent:,.0f} B sent with sendfile"
+    else:
+        assert sent == 0, f"{sent:,.0f} B sent with sendfile over SSL"
