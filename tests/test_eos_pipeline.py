@@ -4,6 +4,7 @@ moments, still yield output that is exactly the transformed input (DESIGN invari
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from exactly.protocol.apis import ApiKey
 from exactly.testing import EmbeddedBroker
+from exactly.testing.logs import attach_log, kept_logs_dir, unique_path
 from tests.interop.test_transactions import read_all
 from tests.rawclient import RawConnection
 from tests.support import create_topic, end_offsets, produce_confluent
@@ -28,11 +30,17 @@ SETTINGS = {
 
 
 class Worker:
+    """A worker process (eos_worker.py); its output, every incarnation's, goes to
+    `log_dir`/worker-TXN_ID.log (the test's tmp_path; by default the test's directory of kept
+    logs), shown on the test's report if it fails (exactly.testing.logs)."""
+
     def __init__(self, broker: EmbeddedBroker, txn_id: str, in_topic: str, out_topic: str,
-                 batch: int) -> None:
+                 batch: int, log_dir: Path | None = None) -> None:
         self.args = [sys.executable, str(WORKER), broker.bootstrap, "ctp", txn_id, in_topic,
                      out_topic, str(batch)]
-        self.log = open(Path(broker.data_dir).parent / f"worker-{txn_id}.log", "ab")  # noqa: SIM115
+        path = unique_path(log_dir or kept_logs_dir(), f"worker-{txn_id}.log")
+        self.log = open(path, "ab")  # noqa: SIM115
+        attach_log(f"worker {txn_id}", path)
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
@@ -72,19 +80,26 @@ def _wait_until_all_consumed(broker, workers, in_topic, partitions, ends, timeou
     raise AssertionError(f"committed offsets {seen} never reached {ends}")
 
 
+def _open_transactions(broker) -> tuple:
+    conn = RawConnection(broker.host, broker.port)
+    try:
+        return conn.request(ApiKey.LIST_TRANSACTIONS, 0, state_filters=(
+            "Ongoing", "PrepareCommit", "PrepareAbort"), producer_id_filters=()).transaction_states
+    finally:
+        conn.close()
+
+
 def _check_output(broker, values, out_topic, partitions):
+    # No transaction is left open. A worker killed at the end may have just begun one: the
+    # coordinator aborts it when its transaction.timeout.ms (10 s in eos_worker.py) has passed.
+    deadline = time.monotonic() + 60
+    while (still_open := _open_transactions(broker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert still_open == (), f"transactions still open 60 s after the workers stopped: {still_open}"
     out = read_all(broker.bootstrap, out_topic, at_least=len(values), idle=2.0, timeout=90)
     assert len(out) == len(values), f"{len(out)} output records for {len(values)} input records"
     assert sorted(out) == sorted(transform(v.encode()).decode() for v in values)
-    # No transaction is left open: read_committed and read_uncommitted end at the same offset.
-    conn = RawConnection(broker.host, broker.port)
-    try:
-        resp = conn.request(ApiKey.LIST_TRANSACTIONS, 0, state_filters=("Ongoing", "PrepareCommit",
-                                                                         "PrepareAbort"),
-                            producer_id_filters=())
-        assert resp.transaction_states == ()
-    finally:
-        conn.close()
+    # read_committed and read_uncommitted end at the same offset.
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso",
                          "isolation.level": "read_committed"})
     try:
@@ -97,7 +112,7 @@ def _check_output(broker, values, out_topic, partitions):
         consumer.close()
 
 
-def test_worker_killed_many_times_output_is_exactly_the_transformed_input():
+def test_worker_killed_many_times_output_is_exactly_the_transformed_input(tmp_path):
     with EmbeddedBroker(settings={**SETTINGS, "log.flush.policy": "os"}) as broker:
         create_topic(broker.bootstrap, "ctp-in", partitions=3)
         create_topic(broker.bootstrap, "ctp-out", partitions=3)
@@ -105,7 +120,7 @@ def test_worker_killed_many_times_output_is_exactly_the_transformed_input():
         placed = produce_confluent(broker.bootstrap, "ctp-in", [v.encode() for v in values],
                                    keys=[str(i).encode() for i in range(len(values))])
         ends = [1 + max((o for p, o in placed if p == q), default=-1) for q in range(3)]
-        worker = Worker(broker, "ctp-worker", "ctp-in", "ctp-out", batch=20)
+        worker = Worker(broker, "ctp-worker", "ctp-in", "ctp-out", batch=20, log_dir=tmp_path)
         rng = random.Random(42)
         try:
             for _ in range(8):
@@ -119,7 +134,7 @@ def test_worker_killed_many_times_output_is_exactly_the_transformed_input():
         _check_output(broker, values, "ctp-out", 3)
 
 
-def test_broker_killed_at_random_moments_during_transactions():
+def test_broker_killed_at_random_moments_during_transactions(tmp_path):
     with EmbeddedBroker(settings=SETTINGS) as broker:  # default flush policy: fsync
         create_topic(broker.bootstrap, "chaos-in", partitions=6)
         create_topic(broker.bootstrap, "chaos-out", partitions=6)
@@ -128,8 +143,11 @@ def test_broker_killed_at_random_moments_during_transactions():
                                    keys=[str(i).encode() for i in range(len(values))])
         ends = [1 + max((o for p, o in placed if p == q), default=-1) for q in range(6)]
         # 3 workers in one group, transactions of at most 15 records: at least 267 of them.
-        workers = [Worker(broker, f"chaos-{i}", "chaos-in", "chaos-out", batch=15) for i in range(3)]
-        rng = random.Random(7)
+        workers = [Worker(broker, f"chaos-{i}", "chaos-in", "chaos-out", batch=15,
+                          log_dir=tmp_path) for i in range(3)]
+        seed = int(os.environ.get("EXACTLY_CHAOS_SEED", "7"))  # bench/eos_chaos.py varies it
+        rng = random.Random(seed)
+        print(f"seed {seed}, broker data in {broker.data_dir}")
         try:
             for _ in range(5):
                 for w in workers:

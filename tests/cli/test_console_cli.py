@@ -145,14 +145,30 @@ def test_partition_and_offset(broker: EmbeddedBroker) -> None:
     assert proc.stderr == "error: topic 'console-nosuch' does not exist\n"
 
 
+def _ended(proc: subprocess.Popen[str], what: str, timeout: float = 20) -> tuple[str, str]:
+    """The process's output once it has ended; if it has not within `timeout` seconds after its
+    Ctrl-C, its threads' stacks (faulthandler, on SIGABRT) in the failure."""
+    try:
+        proc.wait(timeout=timeout)  # stdin left open: communicate() would close it
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=20)
+        raise AssertionError(f"{what} still running {timeout:.0f} s after Ctrl-C; "
+                             f"its stderr and stacks:\n{err}") from None
+    return proc.communicate(timeout=20)
+
+
 def test_ctrl_c_ends_both_cleanly(broker: EmbeddedBroker) -> None:
     bs = ("--bootstrap-server", broker.bootstrap)
     _create(broker, "console-ctrl-c")
     cmd = [sys.executable, "-m", "exactly"]
+    # PYTHONFAULTHANDLER: a process that does not end is sent SIGABRT, and its threads' stacks
+    # go to the report.
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     producer = subprocess.Popen([*cmd, "produce", "console-ctrl-c", *bs], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     consumer = subprocess.Popen([*cmd, "consume", "console-ctrl-c", *bs, "--from-beginning"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert producer.stdin is not None and consumer.stdout is not None
         producer.stdin.write("typed\n")
@@ -161,9 +177,8 @@ def test_ctrl_c_ends_both_cleanly(broker: EmbeddedBroker) -> None:
         producer.send_signal(signal.SIGINT)
         consumer.send_signal(signal.SIGINT)
         # stdin stays open until the producer is gone: the Ctrl-C alone must end it.
-        producer.wait(timeout=20)
-        _, produce_err = producer.communicate(timeout=20)
-        _, consume_err = consumer.communicate(timeout=20)
+        _, produce_err = _ended(producer, "exactly produce")
+        _, consume_err = _ended(consumer, "exactly consume")
     finally:
         for proc in (producer, consumer):
             if proc.poll() is None:

@@ -9,9 +9,18 @@ and abort what its previous incarnation left open, and on the group's committed 
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 
 from confluent_kafka import Consumer, Producer
+
+try:
+    from tests.workers.rdkafka_watchdog import bounded
+except ImportError:  # run as a script: its directory is on sys.path
+    from rdkafka_watchdog import bounded  # type: ignore[no-redef]
+
+TIMEOUT_S = 30  # each transactional call's timeout
 
 
 def transform(value: bytes) -> bytes:
@@ -42,9 +51,19 @@ def main() -> None:
         for m in msgs:
             producer.produce(out_topic, key=m.key(), value=transform(m.value()))
         positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
-        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
-        producer.commit_transaction(30)
+        with bounded("send_offsets_to_transaction", TIMEOUT_S):
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(),
+                                                 TIMEOUT_S)
+        with bounded("commit_transaction", TIMEOUT_S):
+            producer.commit_transaction(TIMEOUT_S)
 
 
 if __name__ == "__main__":
-    main()
+    # Crash-only: on any error, print it and go at once, without librdkafka's destroy, which can
+    # hang when the client failed during a rebalance.
+    try:
+        main()
+    except BaseException:  # noqa: BLE001 - whatever it is, the process goes
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)

@@ -7,6 +7,7 @@ list_offsets modules too."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from exactly.protocol.apis import request_class
@@ -15,8 +16,12 @@ from exactly.protocol.records import Record, build_batch
 from tests.conformance.harness import Closed, Divergence, Session, case, raw_frame
 from tests.conformance.wire import entity
 
-# A fixed time long past: deterministic on both brokers, and never taken for "now".
-T0 = 1_600_000_000_000
+# The same time for both brokers in a run, and never taken for "now": the whole hour before the
+# last one. Recent enough that time retention (Kafka's default of 7 days, first checked 30 s
+# after it starts) deletes nothing a case still reads: a time in 2020 had Kafka delete a case's
+# rolled segment between its writes and its reads, and answer OFFSET_OUT_OF_RANGE.
+_HOUR_MS = 3_600_000
+T0 = (time.time_ns() // 1_000_000 // _HOUR_MS - 1) * _HOUR_MS
 
 # Fields of a Produce answer that say nothing about conformance on one node: the leader hints
 # of KIP-951 are empty unless the broker is not the leader.

@@ -118,8 +118,7 @@ def txn_commit(s: Session, txn: str, pid: int, epoch: int, group: str, topic: st
 
 
 def txn_batch(pid: int, epoch: int, seq: int, *values: bytes) -> bytes:
-    # Stamped now, not produce.T0: Kafka's time retention (7 days) deletes a rolled segment of
-    # records from 2020 whenever its retention check runs, and the log start offset moves.
+    # Stamped now: within any time retention (see produce.T0).
     return batch(*(values or (b"v",)), producer_id=pid, producer_epoch=epoch,
                  base_sequence=seq, transactional=True, timestamp=int(time.time() * 1000))
 
