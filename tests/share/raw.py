@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from exactly.protocol.apis import ApiKey
@@ -44,3 +45,17 @@ def start_offset(b: EmbeddedBroker, group: str, topic: str, partition: int) -> i
     """The share-partition start offset (SPSO) from DescribeShareGroupOffsets."""
     g = describe_offsets(b, group, topic, (partition,))
     return int(g.topics[0].partitions[0].start_offset)
+
+
+def topic_id(b: EmbeddedBroker, topic: str) -> uuid.UUID:
+    """The topic's id, from Metadata v12."""
+    from kio.schema.metadata.v12.request import MetadataRequestTopic
+    conn = connect(b)
+    try:
+        r = conn.request(ApiKey.METADATA, 12, topics=(MetadataRequestTopic(topic_id=None,
+                                                                           name=topic),),
+                         allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False)
+    finally:
+        conn.close()
+    return r.topics[0].topic_id  # type: ignore[no-any-return]

@@ -32,7 +32,7 @@ from tests.rawclient import RawConnection
 from tests.share.test_txn_acks_tcp import _txn_share_ack
 
 from .helpers import SETTINGS, create_topic, produce, set_group_configs
-from .raw import connect, start_offset
+from .raw import connect, start_offset, topic_id
 
 pytestmark = pytest.mark.broker_settings(SETTINGS)
 
@@ -114,19 +114,6 @@ def queue(b: EmbeddedBroker, name: str, count: int = 3) -> uuid.UUID:
                       share_record_lock_duration_ms="60000")
     produce(b, name, [b"%d" % i for i in range(count)])
     return topic_id(b, name)
-
-
-def topic_id(b: EmbeddedBroker, topic: str) -> uuid.UUID:
-    from kio.schema.metadata.v12.request import MetadataRequestTopic
-    conn = connect(b)
-    try:
-        r = conn.request(ApiKey.METADATA, 12, topics=(MetadataRequestTopic(topic_id=None,
-                                                                           name=topic),),
-                         allow_auto_topic_creation=False,
-                         include_topic_authorized_operations=False)
-    finally:
-        conn.close()
-    return r.topics[0].topic_id  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("left_first", [False, True], ids=["member", "left"])

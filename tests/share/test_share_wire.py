@@ -29,7 +29,7 @@ from exactly.protocol.errors import ErrorCode
 from exactly.testing import EmbeddedBroker
 
 from .helpers import LOCK_MS, SETTINGS, create_topic, produce, set_group_configs
-from .raw import connect, start_offset
+from .raw import connect, start_offset, topic_id
 
 pytestmark = pytest.mark.broker_settings(SETTINGS)
 
@@ -65,24 +65,11 @@ def acquired(r) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
             for a in p.acquired_records for o in range(a.first_offset, a.last_offset + 1)]
 
 
-def topic_id_of(b: EmbeddedBroker, topic: str) -> uuid.UUID:
-    conn = connect(b)
-    try:
-        from kio.schema.metadata.v12.request import MetadataRequestTopic
-        r = conn.request(ApiKey.METADATA, 12, topics=(MetadataRequestTopic(topic_id=None,
-                                                                           name=topic),),
-                         allow_auto_topic_creation=False,
-                         include_topic_authorized_operations=False)
-        return r.topics[0].topic_id
-    finally:
-        conn.close()
-
-
 def test_share_fetch_bad_sessions_members_and_topics(broker: EmbeddedBroker) -> None:
     create_topic(broker, "q")
     set_group_configs(broker, "g", share_auto_offset_reset="earliest")
     produce(broker, "q", [b"a", b"b"])
-    tid = topic_id_of(broker, "q")
+    tid = topic_id(broker, "q")
     conn = connect(broker)
     try:
         hb = heartbeat(conn, "g", "m1", 0)
@@ -184,7 +171,7 @@ def test_share_and_consumer_groups_share_the_group_id_namespace(broker: Embedded
 def test_share_session_limit(broker_factory) -> None:  # type: ignore[no-untyped-def]
     b = broker_factory(settings={**SETTINGS, "group.share.max.share.sessions": 1})
     create_topic(b, "q")
-    tid = topic_id_of(b, "q")
+    tid = topic_id(b, "q")
     conn = connect(b)
     try:
         for member in ("m1", "m2"):
@@ -204,7 +191,7 @@ def test_share_fetch_waits_for_min_bytes_and_keeps_what_it_acquired(
     create_topic(broker, "q")
     set_group_configs(broker, "g", share_auto_offset_reset="earliest")
     produce(broker, "q", [b"first"])
-    tid = topic_id_of(broker, "q")
+    tid = topic_id(broker, "q")
     conn = connect(broker)
     try:
         assert heartbeat(conn, "g", "m1", 0).error_code is ErrorCode.none
@@ -243,7 +230,7 @@ def test_acknowledgements_sent_after_the_leave_still_apply(broker: EmbeddedBroke
     set_group_configs(broker, "lv", share_auto_offset_reset="earliest",
                       share_record_lock_duration_ms="60000")
     produce(broker, "lv", [b"a", b"b", b"c"])
-    tid = topic_id_of(broker, "lv")
+    tid = topic_id(broker, "lv")
     fetching, coordinator, other = connect(broker), connect(broker), connect(broker)
     try:
         assert heartbeat(coordinator, "lv", "m1", 0, topics=("lv",)).error_code is ErrorCode.none
