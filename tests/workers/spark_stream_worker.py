@@ -55,6 +55,25 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+# Spark starts the query's Python data source worker and waits a fixed 10 s for it to connect
+# back (PythonWorkerFactory, SPARK-45245; not configurable). On a loaded machine the start of a
+# Python that imports pyspark can take longer, and the query then ends with this error before it
+# runs. The driver starts the query again on its checkpoint, as a supervisor would, a few times.
+CONNECT_BACK = "Python worker failed to connect back"
+MAX_RESTARTS = 3
+
+
+def start_query(spark, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    source = (spark.readStream.format("exactly").option("kafka.bootstrap.servers", args.bootstrap)
+              .option("subscribe", args.in_topic).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", args.max_offsets).load())
+    return (transform(source).writeStream.format("exactly").queryName(args.name)
+            .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic)
+            .option("deliveryGuarantee", args.delivery)
+            .option("checkpointLocation", args.checkpoint)
+            .start())
+
+
 def _probe(_: object) -> tuple[str, bool]:
     """On an executor: its Python, and whether it can import exactly (nothing shipped yet)."""
     import importlib.util
@@ -87,22 +106,22 @@ def main() -> None:
         print(f"probe {json.dumps(probed)}", flush=True)
         ship(spark)
     register(spark)
-    source = (spark.readStream.format("exactly").option("kafka.bootstrap.servers", args.bootstrap)
-              .option("subscribe", args.in_topic).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", args.max_offsets).load())
-    query = (transform(source).writeStream.format("exactly").queryName(args.name)
-             .option("kafka.bootstrap.servers", args.bootstrap).option("topic", args.out_topic)
-             .option("deliveryGuarantee", args.delivery)
-             .option("checkpointLocation", args.checkpoint)
-             .start())
+    query = start_query(spark, args)
     print("started", flush=True)
     options = parse_read_options({"bootstrap.servers": args.bootstrap,
                                   "subscribe": args.in_topic})
     target = resolve_offsets(options.client, partitions_of(options), "latest", LATEST)
     wanted = {t: {str(p): o for (tt, p), o in target.items() if tt == t} for t, _ in target}
+    restarts = 0
     while True:  # until a batch has reached the input's end as it was at start
-        if query.exception() is not None:
-            raise query.exception()  # type: ignore[misc]
+        if (error := query.exception()) is not None:
+            if CONNECT_BACK not in str(error) or restarts == MAX_RESTARTS:
+                raise error  # type: ignore[misc]
+            restarts += 1
+            print(f"restarting the query on its checkpoint: {CONNECT_BACK} "
+                  f"(Spark waits 10 s for it, SPARK-45245)", flush=True)
+            query = start_query(spark, args)
+            continue
         progress = query.lastProgress
         if progress and progress["sources"] and _json(progress["sources"][0]["endOffset"]) == wanted:
             break
