@@ -5,7 +5,9 @@ consume-transform-produce workers, send_offsets_to_transaction, a classic group)
 the output is exactly the transformed input and that the group's committed offsets reach the end.
 `make test` runs one seed; this runs many, each in its own pytest process, with the broker's data
 directory and log and the workers' logs kept for every failing seed
-(EXACTLY_KEEP_BROKER_DATA=1; the paths are in the report, which is saved too).
+(EXACTLY_KEEP_BROKER_DATA=1; the paths are in the report, which is saved too). With
+`--debug cgrp,fetch,eos` the workers log those librdkafka contexts and each transaction's input
+offsets (tests/workers/eos_worker.py).
 
     .venv/bin/python bench/eos_chaos.py --seeds 1-50 --json eos_chaos.json
 """
@@ -35,12 +37,16 @@ def seeds(text: str) -> list[int]:
     return out
 
 
-def run(seed: int, reports: Path, timeout: float) -> dict[str, object]:
+def run(seed: int, reports: Path, timeout: float, debug: str | None) -> dict[str, object]:
     env = {**os.environ, "EXACTLY_CHAOS_SEED": str(seed), "EXACTLY_KEEP_BROKER_DATA": "1"}
+    if debug:
+        env["EXACTLY_WORKER_DEBUG"] = debug
+    basetemp = reports.resolve() / f"tmp-seed-{seed}"  # the workers' logs: kept if it fails
     started = time.monotonic()
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:randomly",
-                               "-p", "no:cacheprovider", TEST], cwd=ROOT, env=env,
+                               "-p", "no:cacheprovider", f"--basetemp={basetemp}", TEST],
+                              cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout, check=False)
         status, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
@@ -48,14 +54,16 @@ def run(seed: int, reports: Path, timeout: float) -> dict[str, object]:
     seconds = time.monotonic() - started
     data = re.search(r"broker data in (\S+)", str(output))
     result: dict[str, object] = {"seed": seed, "status": status, "seconds": round(seconds, 1)}
-    if status == 0:
-        if data:  # a passing seed's directory is not needed
+    if status == 0:  # a passing seed's broker directory and worker logs are not needed
+        if data:
             subprocess.run(["rm", "-rf", str(Path(data.group(1)).parent)], check=False)
+        subprocess.run(["rm", "-rf", str(basetemp)], check=False)
         return result
     report = reports / f"seed-{seed}.txt"
     report.write_text(str(output))
     errors = [line[2:].strip() for line in str(output).splitlines() if line.startswith("E ")]
-    result.update(report=str(report), kept=str(Path(data.group(1)).parent) if data else None,
+    result.update(report=str(report), worker_logs=str(basetemp),
+                  kept=str(Path(data.group(1)).parent) if data else None,
                   error=errors[0] if errors else None)
     return result
 
@@ -67,11 +75,13 @@ def main() -> None:
     parser.add_argument("--reports", type=Path, default=Path("eos-chaos-reports"),
                         help="where failing seeds' pytest reports go")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per seed")
+    parser.add_argument("--debug", help="librdkafka debug contexts for the workers, e.g. "
+                        "cgrp,fetch,eos")
     args = parser.parse_args()
     args.reports.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in seeds(args.seeds):
-        result = run(seed, args.reports, args.timeout)
+        result = run(seed, args.reports, args.timeout, args.debug)
         results.append(result)
         print(f"seed {seed}: {'ok' if result['status'] == 0 else 'FAILED'} "
               f"in {result['seconds']} s" + (f" -- {result['error']}" if result.get("error")

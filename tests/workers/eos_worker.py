@@ -5,6 +5,11 @@ crash-only: on any error it exits, and whoever restarts it relies on init_transa
 and abort what its previous incarnation left open, and on the group's committed offsets to resume.
 
     python eos_worker.py BOOTSTRAP GROUP TRANSACTIONAL_ID IN_TOPIC OUT_TOPIC [MAX_BATCH]
+
+With EXACTLY_WORKER_DEBUG set (librdkafka debug contexts, e.g. `cgrp,fetch,eos`) both clients log
+those contexts, and each transaction is printed before its commit (`txn` with the input offsets
+it carries per partition and the positions it commits): what a duplicated output is traced with
+(bench/eos_chaos.py --debug).
 """
 
 from __future__ import annotations
@@ -30,13 +35,15 @@ def transform(value: bytes) -> bytes:
 def main() -> None:
     bootstrap, group, txn_id, in_topic, out_topic = sys.argv[1:6]
     max_batch = int(sys.argv[6]) if len(sys.argv) > 6 else 50
-    consumer = Consumer({
+    debug = os.environ.get("EXACTLY_WORKER_DEBUG")
+    extra = {"debug": debug} if debug else {}
+    consumer = Consumer({**extra,
         "bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
         "enable.auto.commit": False, "auto.offset.reset": "earliest",
         "session.timeout.ms": 2000, "heartbeat.interval.ms": 300,
         "partition.assignment.strategy": "range",
     })
-    producer = Producer({
+    producer = Producer({**extra,
         "bootstrap.servers": bootstrap, "transactional.id": txn_id,
         "transaction.timeout.ms": 10000, "linger.ms": 1,
     })
@@ -51,6 +58,12 @@ def main() -> None:
         for m in msgs:
             producer.produce(out_topic, key=m.key(), value=transform(m.value()))
         positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+        if debug:
+            read: dict[int, list[int]] = {}
+            for m in msgs:
+                read.setdefault(m.partition(), []).append(m.offset())
+            print(f"txn read {sorted((p, o[0], o[-1]) for p, o in read.items())} commits "
+                  f"{sorted((tp.partition, tp.offset) for tp in positions)}", flush=True)
         with bounded("send_offsets_to_transaction", TIMEOUT_S):
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(),
                                                  TIMEOUT_S)
