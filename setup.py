@@ -1,6 +1,6 @@
 """The consumer's record decoding in C, the one thing pyproject.toml does not declare (its
 ext-modules table is still experimental in setuptools). Optional: without a working C compiler
-the wheel still builds, says so, and exactly.client.fetcher decodes in Python (same records,
+the wheel still builds, says so, and exactly.client.decode decodes in Python (same records,
 slower); with one, the wheel carries exactly/client/_decode.*.so."""
 
 import sys

@@ -182,10 +182,10 @@ def main() -> None:
     print(f"\n{count:,} records of {sizes} bytes, {PARTITIONS} partitions, read_committed, "
           f"{MAX_RECORDS} records per poll, every value read; best of {args.repeat}")
     if "exactly" in names:
-        from exactly.client import fetcher
+        from exactly.client import decode
 
         print("exactly decodes records with "
-              + ("its C extension" if fetcher._native is not None else "Python (C extension not built)"))
+              + ("its C extension" if decode._native is not None else "Python (C extension not built)"))
     print(f"{'client':<16} {'msg/s':>12} {'MB/s':>7} {'vs best pure-Python':>20} {'vs confluent':>13}")
     for name in names:
         rate = best[name]

@@ -74,7 +74,7 @@ class NullBroker(asyncio.Protocol):
                 for p in topic.partition_data:
                     base = self.offsets.get((topic.name, p.index), 0)
                     self.offsets[(topic.name, p.index)] = base + 1
-                    parts.append((p.index, 0, base, 0, None, ()))
+                    parts.append((p.index, 0, base, 0, None, (), -1))
                 topics.append((topic.name, None, parts))
             return None if request.acks == 0 else fast_responses.produce(version, topics)
         if key == ApiKey.ADD_PARTITIONS_TO_TXN and version <= 3:
@@ -89,7 +89,7 @@ class NullBroker(asyncio.Protocol):
                       max_version=SUPPORTED[k][1]) for k in ADVERTISED))
         if key == ApiKey.METADATA:
             names = [t.name for t in request.topics or ()]
-            return build(module.MetadataResponse, throttle_time=NO_THROTTLE, cluster_id="null",
+            return build(module.MetadataResponse, throttle_time=NO_THROTTLE, error_code=OK, cluster_id="null",
                          controller_id=NODE, cluster_authorized_operations=-2147483648,
                          brokers=(build(module.MetadataResponseBroker, node_id=NODE,
                                         host=self.host, port=self.port, rack=None),),

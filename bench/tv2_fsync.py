@@ -5,7 +5,7 @@ Each producer is Exactly's asyncio client (`exactly.client.aio`, transaction ver
 Produce adds the partition to the transaction) in a process of its own, running sequential
 transactions of one 100-byte record into a partition of its own, all of them at once for
 `--seconds`. A transaction version 2 Produce that adds a partition waits until the coordinator's
-log holds that partition durably before its data is appended (server/handlers/produce.py);
+log holds that partition durably before its data is appended (server/admission.py, rule 4);
 before issue 19's sixth session the broker made that sync with a blocking fdatasync on its event
 loop, so the whole broker waited for the disk once per transaction, whatever the number of
 producers. `--fsync-latency-ms N` runs the broker on exactly.testing.powercut with every fsync

@@ -1,6 +1,7 @@
 """The layering of ../shared/DESIGN.md, checked on the source with `ast`: imports point down only,
-the client needs the protocol only, nothing but the CLI and the test harness imports the broker,
-and no two modules of a package import each other in a circle.
+the client needs the protocol only, the client stands on its floor (its plain values and its
+errors, which import nothing above them), nothing but the CLI and the test harness imports the
+broker, and no two modules of a package import each other in a circle.
 
 Every import counts: at the top of a module, inside a function, and under `if TYPE_CHECKING:`
 (a circle of type-only imports is still two modules that cannot be understood one without the
@@ -31,8 +32,9 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"protocol", "client"},
     "testing": {"protocol", "client", "server"},  # the harness runs brokers
     "demo": {"protocol", "client", "spark", "testing"},
-    # The web console is a client application; txn only for Kafka's transaction state names.
-    "webconsole": {"protocol", "client", "txn"},
+    # The web console is a client application: Kafka's transaction state names are the client's
+    # (exactly.client.types.TransactionState), not the coordinator's.
+    "webconsole": {"protocol", "client"},
     "cli": {"protocol", "log", "txn", "groups", "server", "client", "dualwrite", "spark", "demo",
             "testing", "webconsole"},
     "__main__": {"cli"},
@@ -44,6 +46,14 @@ BROKER = "exactly.server.broker"
 BROKER_USERS = ("exactly.cli", "exactly.testing")
 # Packages whose modules must not import each other in a circle.
 ACYCLIC = ("exactly.server", "exactly.client")
+# The client's floor (DESIGN.md: "each wing stands on a floor of plain types"): its plain values
+# and its errors, below every other module of the client. Each may import of the client only
+# what is listed (the rest of the package imports them, never the other way round).
+CLIENT_FLOORS: dict[str, set[str]] = {
+    "exactly.client.types": {"exactly.client.errors"},
+    "exactly.client.errors": set(),
+    "exactly.client.prepared": set(),
+}
 
 
 def _module_name(path: Path) -> str:
@@ -113,6 +123,20 @@ def test_imports_point_down_only() -> None:
 def test_foundation_modules_import_nothing_of_exactly() -> None:
     for module in FOUNDATION & set(GRAPH):
         assert not GRAPH[module], f"{module} imports {sorted(GRAPH[module])}"
+
+
+@pytest.mark.parametrize("floor", sorted(CLIENT_FLOORS))
+def test_the_client_floor_imports_nothing_above_it(floor: str) -> None:
+    assert floor in GRAPH, f"{floor} is gone: update CLIENT_FLOORS"
+    above = {m for m in GRAPH[floor] if _layer(m) == "client"} - CLIENT_FLOORS[floor]
+    assert not above, (f"{floor} is the client's floor and imports {sorted(above)}: move what "
+                       "it needs down into it, or what needs the rest up out of it")
+
+
+def test_the_client_stands_on_its_floor() -> None:
+    # The check above cannot pass by reading nothing: the client's modules do import the floor.
+    users = {m for m, imported in GRAPH.items() if "exactly.client.types" in imported}
+    assert {"exactly.client.fetcher", "exactly.client.admin", "exactly.client.session"} <= users
 
 
 def test_only_the_cli_and_the_test_harness_import_the_broker() -> None:

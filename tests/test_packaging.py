@@ -89,11 +89,11 @@ _ROUND_TRIP = textwrap.dedent("""
     from pathlib import Path
 
     import exactly
-    from exactly.client import Consumer, Producer, fetcher
+    from exactly.client import Consumer, Producer, decode
     from exactly.testing import EmbeddedBroker
 
     assert Path(exactly.__file__).is_relative_to(sys.prefix), exactly.__file__
-    assert fetcher._native is None, "the C decoder is present in a wheel built without a compiler"
+    assert decode._native is None, "the C decoder is present in a wheel built without a compiler"
     with EmbeddedBroker(startup_timeout=30) as broker:
         config = {"bootstrap.servers": broker.bootstrap}
         producer = Producer(config)

@@ -110,7 +110,7 @@ SKIPS: dict[str, str] = {
     # The partition log (log/partition.py).
     "log.roll.fsync_dir": "a segment roll's directory fsync: the new segment's files are not "
                           "durable until the next fsync of the partition directory",
-    # The produce handler (server/handlers/produce.py).
+    # Produce admission (server/admission.py).
     "produce.added_partitions.sync": "the sync round of the partitions a transaction version 2 "
                                      "Produce adds: their data is appended while the "
                                      "coordinator's log may hold them in the page cache only",

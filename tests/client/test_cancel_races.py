@@ -219,7 +219,7 @@ def test_commit_cancelled_as_its_heartbeat_task_ends(broker: EmbeddedBroker) -> 
             await session.initialize()
             await session.begin_transaction()
             committing = asyncio.create_task(session.commit_transaction())
-            _cancel_when_done(session._heartbeat_task, committing)
+            _cancel_when_done(session._heartbeats.task, committing)
             return await _is_cancelled(committing)
         finally:
             await session.close()
@@ -236,7 +236,7 @@ def test_session_close_cancelled_as_its_heartbeat_task_ends(broker: EmbeddedBrok
                                            "transaction.heartbeat.interval.ms": 200})
         await session.initialize()
         await session.begin_transaction()
-        return await _close_cancelled(session.close, session._heartbeat_task,
+        return await _close_cancelled(session.close, session._heartbeats.task,
                                       list(session._cluster._connections.values()))
 
     cancelled, closed = asyncio.run(main())

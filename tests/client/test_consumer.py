@@ -6,6 +6,7 @@ positions, auto.offset.reset, commits and resuming from them."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 
@@ -360,3 +361,46 @@ def test_commit_counts_only_records_handed_out(request):
         c.commit()
         assert c.committed([tp]) == {tp: n}
         assert c.poll(timeout_ms=5000, max_records=3)[0].offset == n
+
+
+@pytest.mark.parametrize("request_of", ["_list_offsets", "_fetch_once"])
+def test_a_partition_unassigned_while_its_request_connects_is_left_out(request, caplog,
+                                                                       request_of):
+    """The fetcher plans a ListOffsets (to find a position) or a Fetch, then waits for the
+    leader's connection; a partition unassigned in that wait (a close, a rebalance) is left out
+    of the request, and one still assigned is served. Both used to fail on the missing
+    partition (KeyError): ListOffsets's out of poll(), the fetch task with event=fetch_crashed."""
+    bootstrap = _bootstrap(request, "exactly")
+    gone, _ = _topic(bootstrap, "unassigned")
+    kept, _ = _topic(bootstrap, "kept")
+    _produce(bootstrap, gone, [b"g"])
+    _produce(bootstrap, kept, [b"k"])
+
+    async def main() -> list[bytes | None]:
+        async with AsyncConsumer({"bootstrap.servers": bootstrap,
+                                  "auto.offset.reset": "earliest"}) as c:
+            cluster = c._cluster
+            real = cluster.connection
+            unassigned = False
+
+            async def connection(node_id: int):  # the wait in which the assignment changes
+                nonlocal unassigned
+                caller = sys._getframe(1).f_code.co_name
+                conn = await real(node_id)
+                if caller == request_of and not unassigned:
+                    unassigned = True
+                    c.assign([(kept, 0)])
+                return conn
+
+            cluster.connection = connection
+            c.assign([(gone, 0), (kept, 0)])
+            got: list[bytes | None] = []
+            async for record in c:
+                got.append(record.value)
+                break
+            assert unassigned
+            return got
+
+    with caplog.at_level("INFO", logger="exactly.client"):
+        assert asyncio.run(main()) == [b"k"]
+    assert "fetch_crashed" not in caplog.text

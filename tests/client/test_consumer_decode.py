@@ -12,16 +12,10 @@ from collections import namedtuple
 
 import pytest
 
-from exactly.client import fetcher
-from exactly.client.fetcher import (
-    CompletedFetch,
-    ConsumerRecord,
-    PartitionState,
-    TopicPartition,
-    _decode_loop,
-    decode_batch,
-    decode_section,
-)
+from exactly.client import decode as decoding
+from exactly.client.decode import _decode_loop, decode_batch, decode_section
+from exactly.client.fetcher import CompletedFetch, PartitionState
+from exactly.client.types import ConsumerRecord, TopicPartition
 from exactly.protocol.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -77,7 +71,7 @@ def _compacted() -> bytes:
 def decoder(request, monkeypatch):
     """Each test below runs with the C decoder and with the Python one (uniform path + loop)."""
     if request.param == "python":
-        monkeypatch.setattr(fetcher, "_native", None)
+        monkeypatch.setattr(decoding, "_native", None)
     else:
         _native()
     return request.param
@@ -123,7 +117,7 @@ def test_truncated_or_padded_data_is_refused(cut, decoder):
 # Python decoder then decodes (or refuses) as it always did: on every input both give the same
 # records or the same error.
 
-_NATIVE = fetcher._native
+_NATIVE = decoding._native
 
 
 def _native():
@@ -139,7 +133,7 @@ def _both(monkeypatch, data, count, base_offset=0, base_ts=BASE_TS, log_append_t
     """(C result, Python result): ("ok", records) or ("error", message)."""
     out = []
     for native in (_native(), None):
-        monkeypatch.setattr(fetcher, "_native", native)
+        monkeypatch.setattr(decoding, "_native", native)
         try:
             out.append(("ok", decode_batch(data, count, base_offset, base_ts, log_append_ts,
                                            topic, partition, min_offset)))
@@ -238,7 +232,7 @@ def test_c_decoder_refuses_nothing_the_python_one_takes():
         records = native.decode_records(ConsumerRecord, data, 0, len(data), _count(data), 0,
                                         BASE_TS, -1, "t", 0, 0)
         assert records is not None, name
-        assert records == fetcher._decode_loop(data, _count(data), 0, BASE_TS, -1, "t", 0, 0)
+        assert records == decoding._decode_loop(data, _count(data), 0, BASE_TS, -1, "t", 0, 0)
 
 
 def test_c_decoder_reads_inside_a_larger_buffer():
@@ -273,7 +267,7 @@ def test_decode_section_falls_back_to_python_without_the_extension(monkeypatch):
     h = RecordBatchHeader(batch)
     expected = decode_batch(batch[HEADER_SIZE:], h.records_count, h.base_offset,
                             h.base_timestamp, -1, "t", 0, 0)
-    monkeypatch.setattr(fetcher, "_native", None)
+    monkeypatch.setattr(decoding, "_native", None)
     records, n = decode_section(batch, HEADER_SIZE, len(batch), h.records_count, h.base_offset,
                                 h.base_timestamp, -1, "t", 0, 0)
     assert list(records) == expected and n == len(expected)
@@ -351,7 +345,7 @@ def test_fetch_responses_drain_alike_with_and_without_the_extension(monkeypatch,
     data, aborted, end = _fetch_response()
     results = []
     for native in (_native(), None):
-        monkeypatch.setattr(fetcher, "_native", native)
+        monkeypatch.setattr(decoding, "_native", native)
         results.append(_drain_all(data, aborted, end, read_committed, start, 500))
         assert _drain_all(data, aborted, end, read_committed, start, 7) == results[-1]
     assert results[0] == results[1]
@@ -399,7 +393,7 @@ def test_gzip_batches_decode_through_the_c_decoder(monkeypatch):
             calls.append(args[1])
             return native.decode_records(*args)
 
-    monkeypatch.setattr(fetcher, "_native", Spy)
+    monkeypatch.setattr(decoding, "_native", Spy)
     got, _ = _drain_all(batch, [], h.next_offset, True, 0, 100)
     assert [r.value for r in got] == [r.value for r in recs]
     assert calls == [body]

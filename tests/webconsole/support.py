@@ -100,7 +100,23 @@ def click(driver: WebDriver, css: str, timeout: float = 20) -> None:
 
 
 def text(driver: WebDriver, css: str = "body") -> str:
-    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+    return cells(driver, css)[0]
+
+
+def cells(driver: WebDriver, css: str, *parts: str) -> tuple[str, ...]:
+    """The text of the element at `css`, or of each of its `parts` (selectors within it), read
+    from one rendering of it. The live pages replace their body every few seconds (htmx), so
+    an element found just before a refresh is stale by the time it is read: then it is found
+    again and read anew."""
+    for _ in range(5):
+        try:
+            found = driver.find_element(By.CSS_SELECTOR, css)
+            if not parts:
+                return (str(found.text),)
+            return tuple(str(found.find_element(By.CSS_SELECTOR, p).text) for p in parts)
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{css} was replaced 5 times in a row while it was read")
 
 
 def csp_violations(driver: webdriver.Chrome) -> list[str]:

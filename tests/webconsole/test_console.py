@@ -20,7 +20,15 @@ from exactly.client import Admin, Consumer, NewTopic, Producer, TransactionSessi
 from exactly.protocol.structs import TopicPartition
 from exactly.testing import EmbeddedBroker
 from tests.cli.test_transactions_cli import HANGING, _hanging_transaction
-from tests.webconsole.support import browser, click, console, csp_violations, text, wait_for
+from tests.webconsole.support import (
+    browser,
+    cells,
+    click,
+    console,
+    csp_violations,
+    text,
+    wait_for,
+)
 
 TOPIC = "console-orders"
 IN_DOUBT = "spark-task-7"
@@ -98,18 +106,15 @@ def test_pages_show_the_cluster(cluster: Cluster) -> None:
     assert IN_DOUBT in text(d, "main")
 
     d.get(f"{cluster.url}/topics")
-    row = d.find_element(By.CSS_SELECTOR, f'tr[data-topic="{TOPIC}"][data-partition="0"]')
-    assert (row.find_element(By.CSS_SELECTOR, ".log-start").text,
-            row.find_element(By.CSS_SELECTOR, ".end").text,
-            row.find_element(By.CSS_SELECTOR, ".lso").text) == ("0", "5", "5")
-    assert row.find_element(By.CSS_SELECTOR, ".size").text.endswith("B")
+    row = f'tr[data-topic="{TOPIC}"][data-partition="0"]'
+    assert cells(d, row, ".log-start", ".end", ".lso") == ("0", "5", "5")
+    assert cells(d, row, ".size")[0].endswith("B")
     # Internal topics are one summary row each, not 50 partitions.
     assert "__consumer_offsets" in text(d, "#internal-topics")
     assert not d.find_elements(By.CSS_SELECTOR, '#partitions tr[data-topic="__consumer_offsets"]')
     # The prepared transaction holds partition 2's LSO at its first offset.
-    held = d.find_element(By.CSS_SELECTOR, f'tr[data-topic="{TOPIC}"][data-partition="2"]')
-    assert (held.find_element(By.CSS_SELECTOR, ".end").text,
-            held.find_element(By.CSS_SELECTOR, ".lso").text) == ("3", "0")
+    held = f'tr[data-topic="{TOPIC}"][data-partition="2"]'
+    assert cells(d, held, ".end", ".lso") == ("3", "0")
 
     d.get(f"{cluster.url}/groups")
     group = text(d, f'section[data-group-id="{GROUP}"]')
@@ -125,10 +130,11 @@ def test_pages_show_the_cluster(cluster: Cluster) -> None:
 def test_in_doubt_first_then_force_terminated_through_the_ui(cluster: Cluster) -> None:
     d = cluster.driver
     d.get(f"{cluster.url}/transactions")
-    first = d.find_element(By.CSS_SELECTOR, "#transactions tbody tr")
-    assert first.get_attribute("data-transactional-id") == IN_DOUBT
-    assert "in doubt" in first.text and "yes" in first.text
-    assert first.find_element(By.CSS_SELECTOR, ".held-back").text == "3"
+    first = "#transactions tbody tr:first-child"
+    assert d.find_elements(By.CSS_SELECTOR, f'{first}[data-transactional-id="{IN_DOUBT}"]')
+    row = text(d, first)
+    assert "in doubt" in row and "yes" in row
+    assert cells(d, first, ".held-back") == ("3",)
 
     click(d, f'tr[data-transactional-id="{IN_DOUBT}"] a.terminate')
     wait_for(d, "the confirmation", lambda: text(d, "#confirm-target") == IN_DOUBT)
@@ -146,8 +152,8 @@ def test_in_doubt_first_then_force_terminated_through_the_ui(cluster: Cluster) -
         assert admin.describe_transactions([IN_DOUBT])[IN_DOUBT].state in ("CompleteAbort",
                                                                           "Empty")
     d.get(f"{cluster.url}/topics")
-    held = d.find_element(By.CSS_SELECTOR, f'tr[data-topic="{TOPIC}"][data-partition="2"]')
-    assert held.find_element(By.CSS_SELECTOR, ".lso").text == "4"  # past the abort marker
+    held = f'tr[data-topic="{TOPIC}"][data-partition="2"]'
+    assert cells(d, held, ".lso") == ("4",)  # past the abort marker
 
 
 def test_a_hanging_transaction_is_aborted_through_the_ui(cluster: Cluster) -> None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -195,7 +196,7 @@ def produce(
     lineno = 0
     interrupted = False
     try:
-        for raw in sys.stdin.buffer:
+        for raw in stdin_lines(sys.stdin.buffer):
             lineno += 1
             line = raw[:-1] if raw.endswith(b"\n") else raw
             if line.endswith(b"\r"):
@@ -227,6 +228,37 @@ def produce(
              f"error: {first}")
     if interrupted:
         sys.exit(130)
+
+
+STDIN_WAIT_S = 0.5  # the longest a Ctrl-C waits for the producer's read of stdin to notice it
+STDIN_CHUNK = 65536
+
+
+def stdin_lines(stream: Any) -> Iterator[bytes]:
+    """The lines of `stream` (each with its b"\\n", the last one perhaps without), read as they
+    come. The main thread waits for input in select() with a timeout, not in a blocking read:
+    Python runs a signal's handler (Ctrl-C's KeyboardInterrupt) only when the system call it
+    waits in returns, and a signal that arrives after Python's check of pending signals but
+    before the read() itself has started (a thread preempted in between, on a loaded machine)
+    leaves that read waiting for input that may never come. A select() returns within
+    STDIN_WAIT_S whatever happens. Where select() cannot wait on a pipe (Windows), the stream
+    is read as it is."""
+    if os.name == "nt":
+        yield from stream
+        return
+    fd = stream.fileno()
+    pending = b""
+    while True:
+        if not select.select([fd], [], [], STDIN_WAIT_S)[0]:
+            continue
+        chunk = os.read(fd, STDIN_CHUNK)
+        if not chunk:
+            if pending:
+                yield pending
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line + b"\n"
 
 
 @click.command()

@@ -164,9 +164,9 @@ def _coordinator_start(admin: Any, producer_id: int, tp: tuple[str, int]) -> int
 
 def _is_open(state_name: str) -> bool:
     """Whether a transaction in this state (Kafka's name for it) still holds its partitions."""
-    from exactly.txn.state import TxnState
+    from exactly.client.types import TransactionState
 
-    state = TxnState.from_display_name(state_name)
+    state = TransactionState.parse(state_name)
     return state is not None and state.is_open
 
 

@@ -2,23 +2,15 @@
 
 These are the blocking classes; `exactly.client.aio` has the asyncio ones under the same names.
 The client depends on `exactly.protocol` only, so it works against any Kafka-protocol broker.
+Its plain values (records, group metadata, the admin client's results) are in
+`exactly.client.types`, the bottom of the client.
 """
 
-from exactly.client.admin import (
-    Admin,
-    AdminError,
-    ConfigEntry,
-    ConsumerGroupDescription,
-    ConsumerGroupListing,
-    ListOffsetsResultInfo,
-    MemberDescription,
-    NewTopic,
-    OffsetAndMetadata,
-    OffsetSpec,
-)
+from exactly.client.admin import Admin
 from exactly.client.config import ClientConfig
-from exactly.client.consumer import Consumer, ConsumerRecord
+from exactly.client.consumer import Consumer
 from exactly.client.errors import (
+    AdminError,
     AuthenticationError,
     ConfigError,
     IllegalStateError,
@@ -30,13 +22,24 @@ from exactly.client.errors import (
     UnsupportedVersionError,
 )
 from exactly.client.prepared import PreparedTxnState
-from exactly.client.producer import Producer, RecordMetadata
-from exactly.client.session import ConsumerGroupMetadata, TransactionSession
+from exactly.client.producer import Producer
+from exactly.client.session import TransactionSession
 from exactly.client.session_state import State
-from exactly.client.share_consumer import (
+from exactly.client.share_consumer import ShareConsumer
+from exactly.client.types import (
     AcknowledgeType,
+    ConfigEntry,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    ListOffsetsResultInfo,
+    MemberDescription,
+    NewTopic,
+    OffsetAndMetadata,
+    OffsetSpec,
+    RecordMetadata,
     ShareAcknowledgements,
-    ShareConsumer,
     ShareGroupMetadata,
     ShareRecord,
 )

@@ -1,5 +1,5 @@
 /* The consumer's hot loop in C: the records of one uncompressed record batch (magic 2) as
- * ConsumerRecord tuples, in one call. exactly.client.fetcher uses it when it is built and
+ * ConsumerRecord tuples, in one call. exactly.client.decode uses it when it is built and
  * keeps its pure-Python decoder as the fallback and the reference (tests check both agree).
  *
  * Only well-formed data is decoded here. Anything else -- a record running past the end,
@@ -314,7 +314,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "exactly.client._decode",
-    .m_doc = "Record batch decoding for the consumer, in C (see exactly.client.fetcher).",
+    .m_doc = "Record batch decoding for the consumer, in C (see exactly.client.decode).",
     .m_size = 0,
     .m_methods = methods,
 };

@@ -1,4 +1,4 @@
-# The C extension built from _decode.c (see exactly.client.fetcher).
+# The C extension built from _decode.c (see exactly.client.decode).
 from typing import Any
 
 def decode_records(record_type: type[Any], data: bytes, start: int, end: int, count: int,

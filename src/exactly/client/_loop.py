@@ -1,7 +1,8 @@
 """The blocking facade's engine: one private asyncio loop in a daemon thread per process.
 
 The blocking classes (`exactly.client.Producer`, ...) keep an asyncio object living on this loop
-and run each call on it, so code that is not async (Spark tasks, scripts) gets the same client.
+and run each call on it, so code that is not async (Spark tasks, scripts) gets the same client
+(their shared machinery is blocking.py).
 
 Clean-up, as Python's own files do it: a blocking object that is garbage-collected, or still open
 when the interpreter exits, is closed for its owner (a producer flushes, a consumer leaves its
@@ -37,7 +38,7 @@ import time
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 CloseCall = Callable[[], Coroutine[Any, Any, Any]]
@@ -100,6 +101,37 @@ async def close_in_order(*closes: Callable[[], Awaitable[object]]) -> None:
     async with contextlib.AsyncExitStack() as stack:
         for close in reversed(closes):
             stack.push_async_callback(close)
+
+
+_CLOSING: set[asyncio.Task[Any]] = set()  # closes started by close_within, until they are done
+_CLOSE_GRACE_S = 0.1
+
+
+async def close_within(deadline: float | None, *closes: Callable[[], Awaitable[object]]) -> None:
+    """Start every close at once, each in a task (a close() cancelled meanwhile still closes
+    everything), and wait for them until `deadline` (time.monotonic(); None: no bound), or a
+    moment (_CLOSE_GRACE_S) if it has passed. One not done by then finishes on its own: a TLS
+    connection's close waits for the peer's close_notify up to ssl_shutdown_timeout (30 s),
+    which a broker that does not answer never sends; its socket is closing either way, only
+    the wait is cut short."""
+    tasks = [asyncio.ensure_future(close()) for close in closes]
+    for task in tasks:
+        _CLOSING.add(task)
+        task.add_done_callback(_closed)
+    await asyncio.sleep(0)  # their first steps: a heartbeat task cancelled, sockets closing
+    # At least a moment, even after goodbyes that took the whole timeout: a plaintext close is
+    # done a loop turn or two later.
+    left = None if deadline is None else max(deadline - time.monotonic(), _CLOSE_GRACE_S)
+    _, pending = await asyncio.wait(tasks, timeout=left)
+    if pending:
+        log.warning("event=close_unfinished closes=%d: they finish after close() returns",
+                    len(pending))
+
+
+def _closed(task: asyncio.Task[Any]) -> None:
+    _CLOSING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.info("event=close_failed error=%r", task.exception())
 
 
 class LoopThread:
@@ -295,32 +327,6 @@ class _Waker:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_Waker._forget_all)
-
-
-class Blocking:
-    """Base of the blocking classes: `with`, and the clean-up of an object left open (see the
-    module doc). A subclass sets `_loop`, calls `_watch` once its asyncio object exists, and
-    closes with `_close`."""
-
-    _loop: LoopThread
-    _finalizer: weakref.finalize[Any, Any] | None = None
-
-    def _watch(self, close: CloseCall) -> None:
-        self._finalizer = self._loop.watch(self, close)
-
-    def _close(self, coro: Coroutine[Any, Any, Any]) -> None:
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        self._loop.run(coro)
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

@@ -18,11 +18,11 @@ import functools
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import crc32c
 
+from exactly.client.types import RecordMetadata
 from exactly.protocol.primitives import varint_bytes
 from exactly.protocol.records import (
     ATTR_TRANSACTIONAL,
@@ -65,16 +65,6 @@ def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
             parts.append(varint(len(hval)))
             parts.append(hval)
     return b"".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where a record was written. `offset` is -1 when it is not known (acks=0)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
 
 
 class ProducerBatch:

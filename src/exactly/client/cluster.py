@@ -15,7 +15,12 @@ from typing import Any
 
 from exactly.client.config import ClientConfig
 from exactly.client.connection import BrokerConnection
-from exactly.client.errors import AuthenticationError, KafkaConnectionError, KafkaError
+from exactly.client.errors import (
+    COORDINATOR_UNSETTLED,
+    AuthenticationError,
+    KafkaConnectionError,
+    KafkaError,
+)
 from exactly.client.security import security_from_config
 from exactly.protocol.apis import ApiKey, build, request_class
 from exactly.protocol.errors import ErrorCode, error_name
@@ -23,8 +28,6 @@ from exactly.protocol.errors import ErrorCode, error_name
 log = logging.getLogger("exactly.client")
 
 COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1
-_RETRIABLE_COORDINATOR = {ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
-                          ErrorCode.coordinator_load_in_progress}
 
 
 @dataclass(slots=True)
@@ -193,7 +196,7 @@ class Cluster:
                 self.metadata.brokers.setdefault(entry.node_id, (entry.host, entry.port))
                 self._coordinators[(key_type, key)] = entry.node_id
                 return await self.connection(entry.node_id)
-            if entry.error_code not in _RETRIABLE_COORDINATOR:
+            if entry.error_code not in COORDINATOR_UNSETTLED:  # FindCoordinator retries these
                 raise KafkaError(f"FindCoordinator for {key!r}: {error_name(entry.error_code)}",
                                  entry.error_code)
             await asyncio.sleep(min(0.05 * (attempt + 1), 1.0))

@@ -17,26 +17,20 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Self
 
-from exactly.client._loop import (
-    CLOSE_TIMEOUT_S,
-    Blocking,
-    LoopThread,
-    bounded_close,
-    close_in_order,
-)
+from exactly.client._loop import CLOSE_TIMEOUT_S, bounded_close, close_in_order
+from exactly.client.blocking import Blocking, on_loop
 from exactly.client.cluster import Cluster
 from exactly.client.config import ClientConfig, as_config
 from exactly.client.errors import IllegalStateError, KafkaError
 from exactly.client.fetcher import (
     EARLIEST,
     LATEST,
-    ConsumerRecord,
     Fetcher,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
 from exactly.client.group import CommitFailedError, GroupCoordinatorClient, GroupMembership
-from exactly.client.session import ConsumerGroupMetadata
+from exactly.client.types import ConsumerGroupMetadata, ConsumerRecord
 from exactly.protocol.structs import TopicPartition
 
 __all__ = ["AsyncConsumer", "CommitFailedError", "Consumer", "ConsumerGroupMetadata",
@@ -304,7 +298,7 @@ class AsyncConsumer:
             await close_in_order(*closes, self._cluster.close)
 
 
-class Consumer(Blocking):
+class Consumer(Blocking[AsyncConsumer]):
     """The blocking Consumer: the same methods as AsyncConsumer, run on the client's loop thread.
 
     Iterating (`for record in consumer`) blocks until records come; the loop ends only when the
@@ -312,37 +306,24 @@ class Consumer(Blocking):
     """
 
     def __init__(self, config: ClientConfig | Mapping[str, Any]) -> None:
-        self._loop = LoopThread.shared()
-        self._consumer: AsyncConsumer = self._run(self._make(as_config(config)))
-        self._watch(self._consumer.close)
-
-    @staticmethod
-    async def _make(config: ClientConfig) -> AsyncConsumer:
-        return AsyncConsumer(config)
-
-    def _run(self, coro: Any, timeout: float | None = None) -> Any:
-        return self._loop.run(coro, timeout)
-
-    async def _call(self, fn: Any, *args: Any) -> Any:
-        return fn(*args)
+        self._start(on_loop(AsyncConsumer, as_config(config)))
 
     def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
-        self._run(self._call(self._consumer.assign, list(partitions)))
+        self._call(self.aio.assign, list(partitions))
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        self._run(self._call(self._consumer.subscribe, [topics] if isinstance(topics, str)
-                             else list(topics)))
+        self._call(self.aio.subscribe, [topics] if isinstance(topics, str) else list(topics))
 
     def unsubscribe(self) -> None:
-        self._run(self._consumer.unsubscribe())
+        self._run(self.aio.unsubscribe())
 
     def assignment(self) -> set[TopicPartition]:
-        return self._run(self._call(self._consumer.assignment))  # type: ignore[no-any-return]
+        return self._call(self.aio.assignment)
 
     def poll(self, timeout_ms: float = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records are taken from the loop thread a few polls' worth at a time (each trip there
         costs a thread switch); those not handed out yet are not committed."""
-        consumer = self._consumer
+        consumer = self.aio
         limit = max_records or consumer.config["max.poll.records"]
         if not consumer._buffer:
             self._run(consumer._fill_buffer(timeout_ms, limit * _RECORDS_PER_TRIP))
@@ -353,7 +334,7 @@ class Consumer(Blocking):
         return records
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        consumer = self._consumer
+        consumer = self.aio
         while True:
             try:
                 record = consumer._buffer.pop()
@@ -371,27 +352,25 @@ class Consumer(Blocking):
             yield record
 
     def seek(self, partition: tuple[str, int], offset: int) -> None:
-        self._run(self._call(self._consumer.seek, partition, offset))
+        self._call(self.aio.seek, partition, offset)
 
     def seek_to_beginning(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
-        self._run(self._call(self._consumer.seek_to_beginning,
-                             None if partitions is None else list(partitions)))
+        self._call(self.aio.seek_to_beginning, None if partitions is None else list(partitions))
 
     def seek_to_end(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
-        self._run(self._call(self._consumer.seek_to_end,
-                             None if partitions is None else list(partitions)))
+        self._call(self.aio.seek_to_end, None if partitions is None else list(partitions))
 
     def position(self, partition: tuple[str, int]) -> int:
-        return self._run(self._consumer.position(partition))  # type: ignore[no-any-return]
+        return self._run(self.aio.position(partition))
 
     def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int | None]:
-        return self._run(self._consumer.committed(list(partitions)))  # type: ignore[no-any-return]
+        return self._run(self.aio.committed(list(partitions)))
 
     def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
-        self._run(self._consumer.commit(offsets))
+        self._run(self.aio.commit(offsets))
 
     def group_metadata(self) -> ConsumerGroupMetadata:
-        return self._run(self._call(self._consumer.group_metadata))  # type: ignore[no-any-return]
+        return self._call(self.aio.group_metadata)
 
     def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
-        self._close(self._consumer.close(timeout))
+        self._close(self.aio.close(timeout))

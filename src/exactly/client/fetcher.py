@@ -1,41 +1,29 @@
 """Fetching: one Fetch per leader for all its assigned partitions, issued ahead while the
-application works through what it already has, and the decoding of the returned batches into
-ConsumerRecords, with read_committed's filtering of aborted transactions.
-
-Decoding is the hot path of a consumer. Records are tuples (a NamedTuple, as kafka-python's).
-When the C extension `exactly.client._decode` is built (`pip install` builds it, given a C
-compiler), it decodes a batch's records in one call, straight from the fetch response's bytes;
-it takes only well-formed data and hands anything else back to the Python decoder below, so the
-records and errors are the same either way (tested on a corpus). Without it, a batch whose
-records all have the same key and value sizes and no headers (what a producer of fixed-size
-records writes) is cut up by one regular expression and assembled with map/zip, all at C speed,
-then checked to cover the batch exactly with dense offsets; any other batch goes through a
-Python loop with the varint reading inlined for the common one-byte case.
+application works through what it already has, and the draining of the returned batches into
+ConsumerRecords as the application polls, with read_committed's filtering of aborted
+transactions. The records themselves are decoded by decode.py (in C when it is built).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import functools
 import heapq
 import logging
-import re
 import struct
 from collections import deque
 from collections.abc import Iterable, Iterator
-from itertools import islice, repeat
-from operator import add
-from typing import Any, NamedTuple
+from itertools import islice
+from typing import Any
 
 from exactly.client._loop import stop_tasks, wait_event
 from exactly.client.cluster import Cluster, make_request, request_module
 from exactly.client.config import ClientConfig
-from exactly.client.errors import KafkaError
+from exactly.client.decode import decode_batch, decode_section
+from exactly.client.errors import FETCH_LEADER_MOVED, KafkaError
+from exactly.client.types import ConsumerRecord, duration
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
-from exactly.protocol.primitives import varint_bytes
 from exactly.protocol.records import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -48,12 +36,6 @@ from exactly.protocol.records import (
 )
 from exactly.protocol.structs import TopicPartition
 
-_native: Any
-try:
-    import exactly.client._decode as _native
-except ImportError:  # not built (no C compiler at install time): the Python decoder does it all
-    _native = None
-
 log = logging.getLogger("exactly.client")
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -62,21 +44,6 @@ _ABORT = 0  # control record type of an abort marker
 _CONTROL_KEY = struct.Struct(">hh")
 _BATCH_FIXED = struct.Struct(">qi")
 _BATCH_REST = struct.Struct(">ibIhiqqqhii")
-_RETRY_METADATA = {ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
-                   ErrorCode.leader_not_available, ErrorCode.fenced_leader_epoch,
-                   ErrorCode.unknown_leader_epoch, ErrorCode.kafka_storage_error,
-                   ErrorCode.offset_not_available, ErrorCode.replica_not_available}
-
-
-class ConsumerRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    timestamp: int
-    timestamp_type: int  # 0: CreateTime, 1: LogAppendTime
 
 
 class OffsetOutOfRangeError(KafkaError):
@@ -85,286 +52,6 @@ class OffsetOutOfRangeError(KafkaError):
 
 class NoOffsetForPartitionError(KafkaError):
     """No committed offset and auto.offset.reset is none: seek() to a starting offset."""
-
-
-_new = tuple.__new__
-
-
-def decode_batch(data: bytes, count: int, base_offset: int, base_ts: int, log_append_ts: int,
-                 topic: str, partition: int, min_offset: int) -> list[ConsumerRecord]:
-    """The records of one uncompressed records section; offsets below min_offset skipped.
-
-    log_append_ts >= 0: the batch's LogAppendTime, which every record takes as its timestamp.
-    """
-    records, _ = decode_lazily(data, count, base_offset, base_ts, log_append_ts, topic,
-                               partition, min_offset)
-    return list(records)
-
-
-def decode_lazily(data: bytes, count: int, base_offset: int, base_ts: int, log_append_ts: int,
-                  topic: str, partition: int, min_offset: int
-                  ) -> tuple[Iterator[ConsumerRecord], int]:
-    """decode_batch's records as an iterator, and how many it yields."""
-    return decode_section(data, 0, len(data), count, base_offset, base_ts, log_append_ts, topic,
-                          partition, min_offset)
-
-
-def decode_section(data: bytes, start: int, end: int, count: int, base_offset: int, base_ts: int,
-                   log_append_ts: int, topic: str, partition: int, min_offset: int
-                   ) -> tuple[Iterator[ConsumerRecord], int]:
-    """The records of data[start:end] (a fetch response's bytes: no copy of the batch for the
-    C decoder) as an iterator, and how many it yields."""
-    if _native is not None:
-        records = _native.decode_records(ConsumerRecord, data, start, end, count, base_offset,
-                                         base_ts, log_append_ts, topic, partition, min_offset)
-        if records is not None:
-            return iter(records), len(records)
-    if start or end != len(data):
-        data = data[start:end]
-    return _decode_python(data, count, base_offset, base_ts, log_append_ts, topic, partition,
-                          min_offset)
-
-
-def _decode_python(data: bytes, count: int, base_offset: int, base_ts: int, log_append_ts: int,
-                   topic: str, partition: int, min_offset: int
-                   ) -> tuple[Iterator[ConsumerRecord], int]:
-    """The Python decoder. A uniform batch makes its records as they are taken: records that
-    wait in a queue are a burden to the garbage collector (a tuple subclass is never untracked
-    by it; the C decoder makes its records untracked), their bytes are not."""
-    if count >= _UNIFORM_MIN:
-        found = _decode_uniform(data, count, base_offset, base_ts, log_append_ts, topic,
-                                partition)
-        if found is not None:
-            skip = min(max(min_offset - base_offset, 0), count)
-            return (islice(found, skip, None) if skip else found), count - skip
-    records = _decode_loop(data, count, base_offset, base_ts, log_append_ts, topic, partition,
-                           min_offset)
-    return iter(records), len(records)
-
-
-# -- the uniform-batch path ------------------------------------------------------------------
-
-_UNIFORM_MIN = 16  # below this, compiling and checking costs more than the loop
-_VARINT = rb"[\x80-\xff]*[\x00-\x7f]"
-_VARINT_GROUP = b"(" + _VARINT + b")"
-
-
-class _VarintValues(dict[bytes, int]):
-    """Encoded zigzag varint -> value, filled on first sight (timestamp deltas repeat a lot)."""
-
-    def __missing__(self, raw: bytes) -> int:
-        if len(self) > 65_536:
-            self.clear()
-        value, _ = _varint(raw, 0)
-        self[raw] = value
-        return value
-
-
-_VARINT_VALUES = _VarintValues()
-_DENSE: list[bytes] = [varint_bytes(i) for i in range(4096)]
-
-
-def _dense(count: int) -> list[bytes]:
-    """The offset deltas 0..count-1 as a producer writes them."""
-    global _DENSE
-    if count > len(_DENSE):
-        _DENSE = [varint_bytes(i) for i in range(max(count, 2 * len(_DENSE)))]
-    return _DENSE[:count]
-
-
-@functools.lru_cache(maxsize=128)
-def _uniform_pattern(key_len: int, value_len: int) -> tuple[re.Pattern[bytes], int]:
-    """A record with these key and value lengths (-1: null) and no headers, and its number of
-    groups: timestamp delta, offset delta, then the key and the value unless null."""
-    parts = [_VARINT, b".", _VARINT_GROUP, _VARINT_GROUP]
-    groups = 2
-    for n in (key_len, value_len):
-        if n < 0:
-            parts.append(b"\x01")
-        else:
-            parts.append(re.escape(varint_bytes(n)) + b"(.{%d})" % n)
-            groups += 1
-    parts.append(b"\x00")
-    return re.compile(b"".join(parts), re.DOTALL), groups
-
-
-def _shape(data: bytes, pos: int) -> tuple[int, int, int, int]:
-    """Key length, value length (-1: null) and header count of the record at pos, and where
-    the next record starts."""
-    length, pos = _varint(data, pos)
-    end = pos + length
-    _, pos = _varint(data, pos + 1)
-    _, pos = _varint(data, pos)
-    key_len, pos = _varint(data, pos)
-    value_len, pos = _varint(data, pos + max(key_len, 0))
-    n_headers, _ = _varint(data, pos + max(value_len, 0))
-    return key_len, value_len, n_headers, end
-
-
-def _decode_uniform(data: bytes, count: int, base_offset: int, base_ts: int, log_append_ts: int,
-                    topic: str, partition: int) -> Iterator[ConsumerRecord] | None:
-    """The records, if every one has the first one's key and value sizes, no headers and the
-    offset delta of its index; None otherwise (the loop decodes such a batch)."""
-    try:
-        key_len, value_len, n_headers, second = _shape(data, 0)
-        same = _shape(data, second)[:3] == (key_len, value_len, n_headers)
-    except IndexError:
-        return None
-    # Cheap signs of a batch of another kind, before the regular expression reads it all: the
-    # second record differs, or the size is not about count times the first record's.
-    if n_headers or not same or abs(len(data) - second * count) > 4 * count:
-        return None
-    pattern, groups = _uniform_pattern(key_len, value_len)
-    # split() gives the text between matches and the groups of each match in one flat list of
-    # bytes (no tuple per record); empty text between every two matches and at both ends means
-    # the matches tile the data exactly: the same parse as the loop's, record by record.
-    parts = pattern.split(data)
-    step = groups + 1
-    if len(parts) != count * step + 1 or any(parts[::step]):
-        return None
-    stamps, deltas = parts[1::step], parts[2::step]
-    if deltas != _dense(count):
-        return None
-    keys: Iterable[bytes | None] = parts[3::step] if key_len >= 0 else repeat(None)
-    values: Iterable[bytes | None] = (parts[4 if key_len >= 0 else 3 :: step] if value_len >= 0
-                                      else repeat(None))
-    if log_append_ts >= 0:
-        timestamps: Iterable[int] = repeat(log_append_ts)
-    else:
-        timestamps = list(map(add, repeat(base_ts), map(_VARINT_VALUES.__getitem__, stamps)))
-    return map(_new, repeat(ConsumerRecord), zip(
-        repeat(topic), repeat(partition), range(base_offset, base_offset + count), keys, values,
-        repeat(()), timestamps, repeat(1 if log_append_ts >= 0 else 0)))
-
-
-# -- the general path ------------------------------------------------------------------------
-
-
-def _decode_loop(data: bytes, count: int, base_offset: int, base_ts: int, log_append_ts: int,
-                 topic: str, partition: int, min_offset: int) -> list[ConsumerRecord]:
-    out: list[ConsumerRecord] = []
-    append = out.append
-    ts_type = 1 if log_append_ts >= 0 else 0
-    no_headers: tuple[tuple[str, bytes | None], ...] = ()
-    pos = 0
-    try:
-        for _ in range(count):
-            # length (skipped: the fields are read in order) and attributes (unused)
-            b = data[pos]
-            pos += 1
-            while b >= 0x80:
-                b = data[pos]
-                pos += 1
-            pos += 1
-            # timestamp delta
-            b = data[pos]
-            pos += 1
-            if b < 0x80:
-                ts = (b >> 1) ^ -(b & 1)
-            else:
-                r, shift = b & 0x7F, 7
-                while True:
-                    b = data[pos]
-                    pos += 1
-                    r |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                ts = (r >> 1) ^ -(r & 1)
-            # offset delta
-            b = data[pos]
-            pos += 1
-            if b < 0x80:
-                offset = base_offset + ((b >> 1) ^ -(b & 1))
-            else:
-                r, shift = b & 0x7F, 7
-                while True:
-                    b = data[pos]
-                    pos += 1
-                    r |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                offset = base_offset + ((r >> 1) ^ -(r & 1))
-            # key
-            b = data[pos]
-            pos += 1
-            if b == 1:
-                key = None
-            else:
-                if b >= 0x80:
-                    r, shift = b & 0x7F, 7
-                    while True:
-                        b = data[pos]
-                        pos += 1
-                        r |= (b & 0x7F) << shift
-                        if b < 0x80:
-                            break
-                        shift += 7
-                    b = r
-                n = b >> 1
-                key = data[pos : pos + n]
-                pos += n
-            # value
-            b = data[pos]
-            pos += 1
-            if b == 1:
-                value = None
-            else:
-                if b >= 0x80:
-                    r, shift = b & 0x7F, 7
-                    while True:
-                        b = data[pos]
-                        pos += 1
-                        r |= (b & 0x7F) << shift
-                        if b < 0x80:
-                            break
-                        shift += 7
-                    b = r
-                n = b >> 1
-                value = data[pos : pos + n]
-                pos += n
-            # headers
-            b = data[pos]
-            pos += 1
-            if b == 0:
-                headers = no_headers
-            else:
-                n_headers, pos = _varint(data, pos - 1)
-                hdrs: list[tuple[str, bytes | None]] = []
-                for _ in range(n_headers):
-                    n, pos = _varint(data, pos)
-                    hkey = data[pos : pos + n].decode("utf-8", "replace")
-                    pos += n
-                    n, pos = _varint(data, pos)
-                    if n < 0:
-                        hdrs.append((hkey, None))
-                    else:
-                        hdrs.append((hkey, data[pos : pos + n]))
-                        pos += n
-                headers = tuple(hdrs)
-            if offset >= min_offset:
-                append(_new(ConsumerRecord, (topic, partition, offset, key, value, headers,
-                                             log_append_ts if ts_type else base_ts + ts, ts_type)))
-    except IndexError:
-        raise RecordBatchError(f"{topic}-{partition}: a record runs past the end of its batch "
-                               f"at offset {base_offset}") from None
-    if pos != len(data):
-        raise RecordBatchError(f"{topic}-{partition}: the batch at offset {base_offset} does not "
-                               "end where its records do")
-    return out
-
-
-# Not primitives.read_varint: with it, 1000 records with headers decode ~60% slower (timeit).
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    r = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        r |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (r >> 1) ^ -(r & 1), pos
-        shift += 7
 
 
 class CompletedFetch:
@@ -503,10 +190,6 @@ class PartitionState:
         self.epoch += 1
 
 
-def _ms(value: int) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=value)
-
-
 class Fetcher:
     """Positions of the assigned partitions and the fetches that fill their queues."""
 
@@ -590,6 +273,11 @@ class Fetcher:
     async def _list_offsets(self, node: int, tps: list[TopicPartition]) -> None:
         for attempt in range(20):
             conn = await self.cluster.connection(node)
+            # Left out: partitions unassigned or sought while the connection was being made.
+            tps = [tp for tp in tps
+                   if (state := self.states.get(tp)) is not None and state.reset is not None]
+            if not tps:
+                return
             module = request_module(conn, ApiKey.LIST_OFFSETS)
             epochs = {tp: self.states[tp].epoch for tp in tps}
             topics: dict[str, list[Any]] = {}
@@ -680,8 +368,14 @@ class Fetcher:
 
     async def _fetch_once(self, node: int, tps: list[TopicPartition]) -> None:
         conn = await self.cluster.connection(node)
+        # Partitions unassigned, or reset to no position, while the connection was being made
+        # are left out: the plan was made before that wait.
+        asked = {tp: (state.fetch_offset, state.epoch) for tp in tps
+                 if (state := self.states.get(tp)) is not None and state.fetch_offset is not None}
+        if not asked:
+            return
+        tps = list(asked)
         module = request_module(conn, ApiKey.FETCH)
-        asked = {tp: (self.states[tp].fetch_offset, self.states[tp].epoch) for tp in tps}
         topics: dict[str, list[Any]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(build(
@@ -690,7 +384,7 @@ class Fetcher:
                 partition_max_bytes=self.config["max.partition.fetch.bytes"]))
         max_wait = self.config["fetch.max.wait.ms"]
         response = await conn.send(make_request(
-            conn, ApiKey.FETCH, replica_id=-1, max_wait=_ms(max_wait),
+            conn, ApiKey.FETCH, replica_id=-1, max_wait=duration(max_wait),
             min_bytes=self.config["fetch.min.bytes"], max_bytes=self.config["fetch.max.bytes"],
             isolation_level=READ_COMMITTED if self.read_committed else READ_UNCOMMITTED,
             session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
@@ -731,7 +425,7 @@ class Fetcher:
                         got = True
                         continue
                     state.seek(None, reset)
-                elif code in _RETRY_METADATA:
+                elif code in FETCH_LEADER_MOVED:
                     refresh = True
                 else:
                     state.error = KafkaError(f"Fetch {tp.topic}-{tp.partition}: {error_name(code)}",

@@ -8,12 +8,17 @@ and roundrobin assignors are: everything is revoked before a rejoin.
 
 Group requests go over a connection of their own to the coordinator: a JoinGroup is parked by
 the coordinator until the group is complete, and Fetch responses must not wait behind it.
+
+The offset requests go through the client's one request path (requests.call, with
+`GroupCoordinatorClient` as the coordinator): a coordinator that moved (errors.COORDINATOR_MOVED)
+is found again, retriable errors are retried a number of times with linear waits, a rebalance
+raises CommitFailedError. The membership's own loop retries with requests.Retry and ends on the
+group's fatal errors only (errors.GROUP_FATAL).
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -32,7 +37,20 @@ from exactly.client.assignors import (
 from exactly.client.cluster import COORDINATOR_GROUP, Cluster, make_request, request_module
 from exactly.client.config import ClientConfig
 from exactly.client.connection import BrokerConnection
-from exactly.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from exactly.client.errors import (
+    COMMIT_FAILED,
+    COORDINATOR_MOVED,
+    GROUP_FATAL,
+    GROUP_REJOIN,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    Verdict,
+    classify,
+    classify_all,
+)
+from exactly.client.requests import Backoff, Decision, Retry, call
+from exactly.client.types import by_topic, duration
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.structs import TopicPartition
@@ -51,23 +69,10 @@ class CommitFailedError(KafkaError):
 # MEMBER_ID_REQUIRED, batch LeaveGroup) on every broker since Kafka 2.3.
 MEMBERSHIP_MAX_VERSIONS = {ApiKey.JOIN_GROUP: 5, ApiKey.SYNC_GROUP: 3, ApiKey.HEARTBEAT: 3,
                            ApiKey.LEAVE_GROUP: 3}
-
-_COORDINATOR_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
-_REJOIN = {ErrorCode.rebalance_in_progress, ErrorCode.illegal_generation, ErrorCode.unknown_member_id}
-_FATAL = {ErrorCode.inconsistent_group_protocol, ErrorCode.group_authorization_failed,
-          ErrorCode.invalid_session_timeout, ErrorCode.group_max_size_reached,
-          ErrorCode.fenced_instance_id, ErrorCode.invalid_group_id}
-
-
-def _ms(value: int) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=value)
-
-
-def by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        out.setdefault(topic, []).append(partition)
-    return out
+# The offset requests' retries: a number of attempts with linear waits, each attempt's wait
+# made, the last one's too, before giving up.
+_COMMIT_RETRY = Backoff(0.05, cap=1.0, linear=True), 20
+_FETCH_RETRY = Backoff(0.02, cap=0.5, linear=True), 200  # waits out open transactions
 
 
 class GroupCoordinatorClient:
@@ -90,29 +95,35 @@ class GroupCoordinatorClient:
                 self._conn.node_id = shared.node_id
             return self._conn
 
-    async def coordinator_moved(self) -> None:
+    async def rediscover(self) -> None:
+        """The coordinator moved: forget it, and close the dedicated connection."""
         self.cluster.forget_coordinator(COORDINATOR_GROUP, self.group_id)
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
 
-    async def send(self, api_key: int, *, timeout: float | None = None, **fields: Any) -> Any:
-        conn = await self.connection()
-        request = make_request(conn, api_key, max_version=MEMBERSHIP_MAX_VERSIONS.get(api_key),
-                               **fields)
+    async def exchange(self, conn: BrokerConnection, request: Any, timeout: float | None) -> Any:
+        """A request over the dedicated connection (requests.Coordinator); a connection that
+        closed is forgotten with its coordinator."""
         try:
             return await conn.send(request, timeout=timeout)
         except KafkaConnectionError:
             if conn.closed:  # not for an answer that could not be decoded
-                await self.coordinator_moved()
+                await self.rediscover()
             raise
+
+    async def send(self, api_key: int, *, timeout: float | None = None, **fields: Any) -> Any:
+        conn = await self.connection()
+        request = make_request(conn, api_key, max_version=MEMBERSHIP_MAX_VERSIONS.get(api_key),
+                               **fields)
+        return await self.exchange(conn, request, timeout)
 
     async def commit(self, offsets: Mapping[TopicPartition, int], *, generation_id: int = -1,
                      member_id: str = "", group_instance_id: str | None = None) -> None:
         """OffsetCommit; retriable coordinator errors are retried, a rebalance raises
         CommitFailedError, anything else KafkaError."""
-        for attempt in range(20):
-            conn = await self.connection()
+
+        def request(conn: BrokerConnection) -> Any:
             module = request_module(conn, ApiKey.OFFSET_COMMIT)
             topics = tuple(
                 build(module.OffsetCommitRequestTopic, name=topic, partitions=tuple(
@@ -121,30 +132,32 @@ class GroupCoordinatorClient:
                           committed_leader_epoch=-1, committed_metadata="", commit_timestamp=-1)
                     for p in sorted(parts)))
                 for topic, parts in by_topic(offsets).items())
-            response = await self.send(ApiKey.OFFSET_COMMIT, group_id=self.group_id,
-                                       generation_id_or_member_epoch=generation_id,
-                                       member_id=member_id, group_instance_id=group_instance_id,
-                                       topics=topics)
-            errors = {(t.name, p.partition_index): p.error_code
-                      for t in response.topics for p in t.partitions if p.error_code}
-            if not errors:
-                return
-            codes = set(errors.values())
-            if codes & {ErrorCode.illegal_generation, ErrorCode.unknown_member_id,
-                        ErrorCode.rebalance_in_progress, ErrorCode.fenced_instance_id}:
+            return make_request(conn, ApiKey.OFFSET_COMMIT, group_id=self.group_id,
+                                generation_id_or_member_epoch=generation_id, member_id=member_id,
+                                group_instance_id=group_instance_id, topics=topics)
+
+        def errors(response: Any) -> dict[tuple[str, int], int]:
+            return {(t.name, p.partition_index): p.error_code
+                    for t in response.topics for p in t.partitions if p.error_code}
+
+        def decide(response: Any) -> Decision:
+            codes = set(errors(response).values())
+            if codes & COMMIT_FAILED:
                 raise CommitFailedError(
                     f"commit for group {self.group_id!r} refused: "
                     f"{', '.join(sorted({error_name(c) for c in codes}))}; the group rebalanced "
                     "and these partitions may belong to another member now", min(codes))
-            if codes & _COORDINATOR_MOVED:
-                await self.coordinator_moved()
-            if not all(ErrorCode(c).retriable for c in codes):
-                (tp, code), *_ = errors.items()
-                raise KafkaError(f"commit for group {self.group_id!r} failed on {tp[0]}-{tp[1]}: "
-                                 f"{error_name(code)}", code)
-            await asyncio.sleep(min(0.05 * (attempt + 1), 1.0))
-        raise KafkaTimeoutError(f"commit for group {self.group_id!r} kept failing with retriable "
-                                "errors")
+            return Decision(classify_all(codes), min(codes, default=ErrorCode.none))
+
+        def fail(response: Any, code: int) -> KafkaError:
+            (tp, code), *_ = errors(response).items()
+            return KafkaError(f"commit for group {self.group_id!r} failed on {tp[0]}-{tp[1]}: "
+                              f"{error_name(code)}", code)
+
+        backoff, attempts = _COMMIT_RETRY
+        await call(self, request, decide, Retry(backoff, attempts=attempts), fail=fail,
+                   give_up=lambda response, code: KafkaTimeoutError(
+                       f"commit for group {self.group_id!r} kept failing with retriable errors"))
 
     async def fetch(self, partitions: Iterable[TopicPartition], *, require_stable: bool
                     ) -> dict[TopicPartition, int]:
@@ -153,27 +166,30 @@ class GroupCoordinatorClient:
         wanted = list(partitions)
         if not wanted:
             return {}
-        for attempt in range(200):
-            conn = await self.connection()
+
+        def request(conn: BrokerConnection) -> Any:
             module = request_module(conn, ApiKey.OFFSET_FETCH)
             topics = tuple(build(module.OffsetFetchRequestTopic, name=t, partition_indexes=tuple(ps))
                            for t, ps in by_topic(wanted).items())
-            response = await self.send(ApiKey.OFFSET_FETCH, group_id=self.group_id, topics=topics,
-                                       require_stable=require_stable)
+            return make_request(conn, ApiKey.OFFSET_FETCH, group_id=self.group_id, topics=topics,
+                                require_stable=require_stable)
+
+        def decide(response: Any) -> Decision:
             top = getattr(response, "error_code", 0)
             codes = {p.error_code for t in response.topics for p in t.partitions} | {top}
             codes.discard(ErrorCode.none)
-            if not codes:
-                return {TopicPartition(t.name, p.partition_index): p.committed_offset
-                        for t in response.topics for p in t.partitions}
-            if codes & _COORDINATOR_MOVED:
-                await self.coordinator_moved()
-            if not all(ErrorCode(c).retriable for c in codes):
-                code = min(codes)
-                raise KafkaError(f"OffsetFetch for group {self.group_id!r}: {error_name(code)}", code)
-            await asyncio.sleep(min(0.02 * (attempt + 1), 0.5))
-        raise KafkaTimeoutError(f"committed offsets of group {self.group_id!r} stayed unstable: a "
-                                "transaction that commits offsets for it is still open")
+            return Decision(classify_all(codes), min(codes, default=ErrorCode.none))
+
+        backoff, attempts = _FETCH_RETRY
+        _conn, response = await call(
+            self, request, decide, Retry(backoff, attempts=attempts),
+            fail=lambda response, code: KafkaError(
+                f"OffsetFetch for group {self.group_id!r}: {error_name(code)}", code),
+            give_up=lambda response, code: KafkaTimeoutError(
+                f"committed offsets of group {self.group_id!r} stayed unstable: a transaction "
+                "that commits offsets for it is still open"))
+        return {TopicPartition(t.name, p.partition_index): p.committed_offset
+                for t in response.topics for p in t.partitions}
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -225,25 +241,25 @@ class GroupMembership:
         return self._assigned.is_set()
 
     async def _run(self) -> None:
-        backoff = self.config["retry.backoff.ms"] / 1000
+        retry = Retry(Backoff(self.config["retry.backoff.ms"] / 1000))
         while True:
             try:
                 if self._rejoin.is_set():
                     await self._join_and_sync()
                 else:
                     await self._heartbeat()
-                backoff = self.config["retry.backoff.ms"] / 1000
+                retry.reset()
             except asyncio.CancelledError:
                 raise
             except KafkaError as exc:
-                if exc.code in _FATAL:
+                # Only the group's fatal errors end the membership; any other is tried again.
+                if Verdict.FAIL in classify(exc.code, fail=GROUP_FATAL, otherwise=Verdict.RETRY):
                     self.error = exc
                     self._assigned.set()  # wake pollers so they see the error
                     log.error("event=group_fatal group=%s error=%s", self.group_id, exc)
                     return
                 log.info("event=group_retry group=%s error=%s", self.group_id, exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                await retry.wait()
             except Exception as exc:
                 self.error = KafkaError(f"group {self.group_id!r} membership failed: {exc!r}")
                 self._assigned.set()
@@ -266,8 +282,8 @@ class GroupMembership:
         rebalance_ms = self.config["max.poll.interval.ms"]
         response = await self.coordinator.send(
             ApiKey.JOIN_GROUP, timeout=(rebalance_ms + self.config["request.timeout.ms"]) / 1000,
-            group_id=self.group_id, session_timeout=_ms(self.config["session.timeout.ms"]),
-            rebalance_timeout=_ms(rebalance_ms), member_id=self.member_id,
+            group_id=self.group_id, session_timeout=duration(self.config["session.timeout.ms"]),
+            rebalance_timeout=duration(rebalance_ms), member_id=self.member_id,
             group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
             protocols=(build(module.JoinGroupRequestProtocol, name=strategy, metadata=metadata),),
             reason=None)
@@ -304,7 +320,7 @@ class GroupMembership:
     def _join_failed(self, code: int, what: str) -> None:
         if code == ErrorCode.unknown_member_id:
             self.member_id = ""
-        if code in _COORDINATOR_MOVED:
+        if code in COORDINATOR_MOVED:  # found again at the next join; the connection stays
             self.cluster.forget_coordinator(COORDINATOR_GROUP, self.group_id)
         raise KafkaError(f"{what} for group {self.group_id!r}: {error_name(code)}", code)
 
@@ -340,14 +356,14 @@ class GroupMembership:
         code = response.error_code
         if code == ErrorCode.none:
             return
-        if code in _REJOIN:
+        if code in GROUP_REJOIN:
             if code == ErrorCode.unknown_member_id:
                 self.member_id = ""
             log.info("event=group_rebalance group=%s reason=%s", self.group_id, error_name(code))
             self._rejoin.set()
             return
-        if code in _COORDINATOR_MOVED:
-            await self.coordinator.coordinator_moved()
+        if code in COORDINATOR_MOVED:
+            await self.coordinator.rediscover()
         raise KafkaError(f"Heartbeat for group {self.group_id!r}: {error_name(code)}", code)
 
     async def leave(self) -> None:

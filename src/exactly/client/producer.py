@@ -28,40 +28,26 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, Self, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
 
-from exactly.client._loop import Blocking, LoopThread, close_in_order, stop_tasks
+from exactly.client._loop import close_in_order, stop_tasks
 from exactly.client.accumulator import RecordAccumulator
-from exactly.client.batch import (
-    CODECS,
-    RECORD_OVERHEAD_MAX,
-    FutureRecordMetadata,
-    ProducerBatch,
-    RecordMetadata,
-)
+from exactly.client.batch import CODECS, RECORD_OVERHEAD_MAX, FutureRecordMetadata, ProducerBatch
+from exactly.client.blocking import Blocking
 from exactly.client.cluster import Cluster
 from exactly.client.config import ClientConfig, as_config
-from exactly.client.errors import (
-    ConfigError,
-    IllegalStateError,
-    KafkaError,
-)
+from exactly.client.errors import ConfigError, IllegalStateError, KafkaError
 from exactly.client.partitioner import DefaultPartitioner
 from exactly.client.prepared import PreparedTxnState
 from exactly.client.sender import Sender
-from exactly.client.session import (
-    AsyncTransactionSession,
-    ConsumerGroupMetadata,
-    Offsets,
-    TransactionSession,
-)
+from exactly.client.session import AsyncTransactionSession, Offsets, TransactionSession
 from exactly.client.session_state import State
+from exactly.client.types import ConsumerGroupMetadata, RecordMetadata
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.records import HEADER_SIZE
 
 log = logging.getLogger("exactly.client")
-T = TypeVar("T")
 # After a Metadata request that may auto-create a topic answers it unknown: how long to keep
 # asking (the creation may take a moment in Kafka), and how often.
 AUTO_CREATE_WAIT_S = 2.0
@@ -410,17 +396,15 @@ class AsyncProducer:
             offsets, group_metadata)
 
 
-class Producer(Blocking):
+class Producer(Blocking[AsyncProducer]):
     """The blocking producer: AsyncProducer's methods, run on the client's loop thread.
     `send` appends from the calling thread (no loop round trip) and returns a future with the
     concurrent.futures.Future interface (`result(timeout)`, `add_done_callback`, ...)."""
 
     def __init__(self, config: ClientConfig | Mapping[str, Any],
                  session: TransactionSession | AsyncTransactionSession | None = None) -> None:
-        self._loop = LoopThread.shared()
         self._external = session
-        self.aio: AsyncProducer = self._run(self._create(config, session))
-        self._watch(self.aio.close)
+        self._start(self._create(config, session))
 
     @staticmethod
     async def _create(config: ClientConfig | Mapping[str, Any],
@@ -429,9 +413,6 @@ class Producer(Blocking):
         producer = AsyncProducer(config, session)
         await producer.start()
         return producer
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._loop.run(coro)
 
     def send(self, topic: str, value: bytes | str | None, key: bytes | str | None = None,
              partition: int | None = None, headers: Headers | None = None,

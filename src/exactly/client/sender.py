@@ -15,6 +15,9 @@ Like aiokafka's `Sender(client, *, txn_manager, message_accumulator, ...)`, it i
 collaborators by name (the cluster, the accumulator, the transaction session, the events and
 callbacks it signals the producer with) and reads nothing private of the producer.
 
+What becomes of each batch once answered (completed, retried, failed) is sender_outcomes.py,
+which this class is built on.
+
 A Produce request is written to its connection in the call that numbers its batches
 (`_send`), whoever sends it (this task, a flush): a broker takes any sequence as the first of a
 producer it has not seen on a partition, so a partition's second batch that overtook its first
@@ -24,26 +27,20 @@ on the wire would be written, and the first then refused as out of order.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from exactly.client.accumulator import PartitionState, RecordAccumulator
 from exactly.client.batch import ProducerBatch
 from exactly.client.cluster import Cluster, make_request
 from exactly.client.config import ClientConfig
 from exactly.client.connection import BrokerConnection, Sent
-from exactly.client.errors import (
-    KafkaError,
-    KafkaTimeoutError,
-    ProducerFencedError,
-    TransactionAbortableError,
-)
-from exactly.client.session import AsyncTransactionSession
+from exactly.client.errors import KafkaError, KafkaTimeoutError
+from exactly.client.sender_outcomes import MAX_SEQUENCE, BatchOutcomes
+from exactly.client.session_core import AsyncTransactionSession
 from exactly.client.session_state import State
 from exactly.protocol import fast_requests
 from exactly.protocol.apis import ApiKey
@@ -52,22 +49,8 @@ from exactly.protocol.fast_requests import Encoded
 
 log = logging.getLogger("exactly.client")
 
-# Errors after which the partition's leader may have moved: metadata is fetched again.
-_METADATA_ERRORS = frozenset({
-    ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
-    ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch,
-    ErrorCode.unknown_leader_epoch, ErrorCode.kafka_storage_error})
-_FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced})
-_ABORTABLE = frozenset({ErrorCode.transaction_abortable, ErrorCode.invalid_txn_state})
-_SEQUENCE_LOST = frozenset({ErrorCode.unknown_producer_id, ErrorCode.out_of_order_sequence_number})
-_MAX_SEQUENCE = 0x7FFFFFFF
 
-
-def _log_append_ms(value: Any) -> int:
-    return int(value.timestamp() * 1000) if value is not None else -1
-
-
-class Sender:
+class Sender(BatchOutcomes):
     """Ships ready batches to partition leaders and handles the answers; one task on the loop."""
 
     def __init__(self, cluster: Cluster, *, accumulator: RecordAccumulator, config: ClientConfig,
@@ -484,7 +467,7 @@ class Sender:
             st = self.accumulator.state(b.topic, b.partition)
             if idempotent and b.base_sequence < 0:
                 b.base_sequence = st.next_sequence
-                st.next_sequence = (st.next_sequence + b.count) & _MAX_SEQUENCE
+                st.next_sequence = (st.next_sequence + b.count) & MAX_SEQUENCE
             b.sent_sequence = b.base_sequence
             b.attempts += 1
             st.in_flight.append(b)
@@ -529,117 +512,6 @@ class Sender:
         if self.stopping or self.accumulator.has_queued():
             self.wake()  # resends, or batches that waited for a free slot
 
-    def _closed_on_the_way(self, node: int, batches: list[ProducerBatch]) -> None:
-        self._landed(node, batches)
-        for b in batches:
-            self._complete(b, error=KafkaError("the producer was closed while this record was "
-                                               "on its way; it may have been written"))
-
-    def _landed(self, node: int, batches: list[ProducerBatch]) -> None:
-        self.in_flight[node] -= 1
-        for b in batches:
-            with contextlib.suppress(ValueError):
-                self.accumulator.state(b.topic, b.partition).in_flight.remove(b)
-
-    def _on_failure(self, node: int, batches: list[ProducerBatch], exc: KafkaError) -> None:
-        self._landed(node, batches)
-        self.metadata_stale = True
-        for b in batches:
-            self._retry(self.accumulator.state(b.topic, b.partition), b,
-                        KafkaError(f"produce to {b.topic}-{b.partition}: {exc}", exc.code), True)
-
-    def _on_response(self, node: int, batches: list[ProducerBatch], response: Any) -> None:
-        self._landed(node, batches)
-        answers = {(t.name, p.index): p for t in response.responses
-                   for p in t.partition_responses}
-        for b in batches:
-            st = self.accumulator.state(b.topic, b.partition)
-            answer = answers.get((b.topic, b.partition))
-            if answer is None:
-                self._retry(st, b, KafkaError(f"produce to {b.topic}-{b.partition}: the broker "
-                                              "did not answer for this partition"), True)
-                continue
-            code = int(answer.error_code)
-            if code == ErrorCode.none or code == ErrorCode.duplicate_sequence_number:
-                if b.base_sequence >= 0:
-                    st.acked_next = (b.base_sequence + b.count) & _MAX_SEQUENCE
-                self._complete(b, answer.base_offset, _log_append_ms(answer.log_append_time))
-            else:
-                self._on_error(st, b, code, getattr(answer, "error_message", None))
-
-    def _on_error(self, state: PartitionState, batch: ProducerBatch, code: int, message: str | None
-                  ) -> None:
-        text = f"produce to {batch.topic}-{batch.partition} failed: {error_name(code)}"
-        if message:
-            text += f" ({message})"
-        if code == ErrorCode.out_of_order_sequence_number and (
-                batch.sent_sequence != batch.base_sequence or any(
-                    0 <= other.base_sequence < batch.base_sequence
-                    for other in (*state.in_flight, *state.batches))):
-            # A batch ahead of this one is not acknowledged yet (it is being resent), or this
-            # one was renumbered after a batch ahead failed: it is resent after them.
-            self._retry(state, batch, KafkaError(text, code), False)
-        elif code in _SEQUENCE_LOST:
-            self._fail(state, batch, KafkaError(text, code), True)
-        elif code in _FENCED:
-            self._fail(state, batch, ProducerFencedError(
-                text + ": a newer producer with the same identity took over", code), True)
-        elif code in _ABORTABLE:
-            self._fail(state, batch, TransactionAbortableError(
-                text + ": abort the transaction", code), False)
-        elif ErrorCode(code).retriable if code in _KNOWN_CODES else False:
-            if code in _METADATA_ERRORS:
-                self.metadata_stale = True
-            self._retry(state, batch, KafkaError(text, code),
-                        code == ErrorCode.not_enough_replicas_after_append)
-        else:
-            self._fail(state, batch, KafkaError(text, code), False)
-
-    # -- outcomes ---------------------------------------------------------------------------
-
-    def _retry(self, state: PartitionState, batch: ProducerBatch, exc: KafkaError,
-               maybe_written: bool) -> None:
-        now = time.monotonic()
-        if self.stopping or batch.attempts > self.retries or (
-                now + self.backoff - batch.created >= self.delivery_timeout):
-            self._fail(state, batch, exc, maybe_written)
-            return
-        batch.retry_at = now + self.backoff
-        self.accumulator.requeue(state, batch)
-
-    def _fail(self, state: PartitionState, batch: ProducerBatch, exc: BaseException,
-              maybe_written: bool) -> None:
-        if batch.base_sequence >= 0 and batch.attempts:
-            if maybe_written:
-                self._sequence_lost(exc)
-            else:  # not written: the batches behind it take over its sequence numbers
-                for other in (*state.in_flight, *state.batches):
-                    if other.base_sequence > batch.base_sequence:
-                        other.base_sequence -= batch.count
-                state.next_sequence = (state.next_sequence - batch.count) & _MAX_SEQUENCE
-        session = self.session
-        if session is not None and isinstance(exc, Exception):
-            session.record_error(exc)
-        self._complete(batch, error=exc)
-
-    def _sequence_lost(self, exc: BaseException) -> None:
-        if self.session is None and not self.new_identity:
-            log.warning("event=producer_sequence_lost action=new_producer_id error=%s", exc)
-            self.new_identity = True
-
-    def _complete(self, batch: ProducerBatch, base_offset: int = -1, log_append_time: int = -1,
-                  error: BaseException | None = None) -> None:
-        self.accumulator.release(batch)
-        batch.complete(base_offset, log_append_time, error)
-        if self.accumulator.buffered < self.buffer_memory:
-            self.space_freed.set()
-
-    def _expire(self, now: float) -> None:
-        for st, b in self.accumulator.expired(now, self.delivery_timeout):
-            self._fail(st, b, KafkaTimeoutError(
-                f"{b.count} record(s) for {b.topic}-{b.partition} expired: not acknowledged "
-                f"within delivery.timeout.ms ({self.delivery_timeout * 1000:.0f} ms)"), b.attempts > 0)
-
     async def _refresh_metadata(self, now: float) -> None:
         self.metadata_tried = now
         topics = list(self.partition_counts)
@@ -678,4 +550,3 @@ class Sender:
 
 
 _INF = float("inf")
-_KNOWN_CODES = frozenset(int(c) for c in ErrorCode)

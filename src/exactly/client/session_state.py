@@ -19,6 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from exactly.client.errors import (
+    FENCED,
+    TXN_ABORTABLE,
+    TXN_RETRY,
     ConfigError,
     IllegalStateError,
     KafkaError,
@@ -26,7 +29,9 @@ from exactly.client.errors import (
     TransactionAbortableError,
     TransactionError,
     TransactionFatalError,
+    Verdict,
 )
+from exactly.client.errors import classify as verdict_of
 from exactly.protocol.errors import ErrorCode, error_name
 
 
@@ -192,38 +197,32 @@ class Kind(enum.Enum):
     FATAL = "fatal"
 
 
-_REDISCOVER = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
-_FENCED = {ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch}
-_ABORTABLE = {
-    ErrorCode.transaction_abortable, ErrorCode.topic_authorization_failed,
-    ErrorCode.group_authorization_failed, ErrorCode.unknown_producer_id,
-    ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.fenced_instance_id,
-}
 # Calls that add to the open transaction: under transaction version 1, a producer id the
 # coordinator does not map (KIP-360) can be cleared by aborting. Ending a transaction with such
 # an id cannot; and under transaction version 2 it is fatal for every call (KAFKA-18019, after
 # KIP-890): the id was expired or taken over, and a session that aborted and went on could
 # process again what the session that took over has already processed.
 _ADDING = {"AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit"}
+# Final for the session whatever Kafka's retriable flag says; which kind, `classify` tells.
+_FINAL = FENCED | TXN_ABORTABLE | {ErrorCode.invalid_producer_id_mapping}
 
 
 def classify(code: int, api: str, *, resumed: bool = False, tv2: bool = False) -> Kind:
-    if code == ErrorCode.none:
+    """The client's verdict on the code (errors.classify: the coordinator moved, retry, or
+    fail), a failure told apart as the session's kinds."""
+    verdict = verdict_of(code, fail=_FINAL, retry=TXN_RETRY)
+    if verdict is Verdict.DONE:
         return Kind.NONE
-    if code in _REDISCOVER:
+    if Verdict.REDISCOVER in verdict:
         return Kind.REDISCOVER
-    if code in _FENCED:
+    if Verdict.RETRY in verdict:
+        return Kind.RETRY
+    if code in FENCED:
         return Kind.FENCED
-    if code in _ABORTABLE:
+    if code in TXN_ABORTABLE:
         return Kind.ABORTABLE
     if code == ErrorCode.invalid_producer_id_mapping:
         return Kind.ABORTABLE if api in _ADDING and not (resumed or tv2) else Kind.FATAL
-    try:
-        retriable = bool(ErrorCode(code).retriable)
-    except ValueError:
-        retriable = False
-    if retriable or code in (ErrorCode.concurrent_transactions, ErrorCode.operation_not_attempted):
-        return Kind.RETRY
     return Kind.FATAL
 
 
@@ -261,6 +260,20 @@ def error_for(code: int, api: str, *, transactional_id: str, producer_id: int, e
         return TransactionAbortableError(f"{where}{detail}; abort the transaction and begin a "
                                          "new one", code)
     return TransactionFatalError(f"{where}{detail}; close the session", code)
+
+
+def write_error(exc: Exception, transactional_id: str) -> TransactionError:
+    """What a bound producer's failed transactional write means for its session: the session's
+    own error as it is; fenced, the session can only be closed; otherwise the transaction can
+    only be aborted."""
+    code = exc.code if isinstance(exc, KafkaError) else -1
+    if isinstance(exc, TransactionError):
+        return exc
+    if code in FENCED:
+        return ProducerFencedError(f"transactional id {transactional_id!r}: a write was fenced "
+                                   f"({error_name(code)}): close this session", code)
+    return TransactionAbortableError(f"transactional id {transactional_id!r}: a transactional "
+                                     f"write failed ({exc}); abort the transaction", code)
 
 
 def first_error(codes: Mapping[Any, int], pending: set[Any] | dict[Any, Any], api: str,

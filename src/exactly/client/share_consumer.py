@@ -8,13 +8,9 @@ one, as Kafka's KafkaShareConsumer does.
         for record in consumer.poll(1000):   # acquired for the group's lock duration
             handle(record.value)             # accepted on the next poll (implicit mode)
 
-Membership: a task on the client's loop sends ShareGroupHeartbeat (join with epoch 0, then at
-the interval the coordinator gives; leave with epoch -1 on close), whether or not the
-application polls. UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH make it rejoin with epoch 0.
-Leaving stops that task for sure: it waits with `_loop.wait_event`, not `asyncio.wait_for`,
-which on Python 3.11 drops a cancellation that comes as its awaitable finishes (a subscribe() or
-a rejoin woke the task just as close() cancelled it: close() then waited for it forever), and a
-flag ends its loop even if some other await swallows the cancellation.
+Membership (share_group.py): a task on the client's loop sends ShareGroupHeartbeat (join with
+epoch 0, then at the interval the coordinator gives; leave with epoch -1 on close), whether or
+not the application polls. UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH make it rejoin with epoch 0.
 
 Fetching: one share session per partition leader (ShareFetch with ShareSessionEpoch 0 opens it,
 each later ShareFetch or ShareAcknowledge carries the next epoch, -1 closes it).
@@ -41,26 +37,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import enum
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, Self
+from typing import Any, Protocol, Self
 
-from exactly.client._loop import (
-    CLOSE_TIMEOUT_S,
-    Blocking,
-    LoopThread,
-    bounded_close,
-    stop_tasks,
-    wait_event,
-)
+from exactly.client._loop import CLOSE_TIMEOUT_S, bounded_close, close_within
+from exactly.client.blocking import Blocking, on_loop
 from exactly.client.cluster import Cluster, make_request, request_module
 from exactly.client.config import ClientConfig, as_config
+from exactly.client.decode import decode_acquired
 from exactly.client.errors import (
+    SHARE_SESSION_LOST,
     ConfigError,
     IllegalStateError,
     KafkaConnectionError,
@@ -68,136 +58,33 @@ from exactly.client.errors import (
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
-from exactly.client.fetcher import decode_section
 from exactly.client.group import GroupCoordinatorClient
+from exactly.client.share_group import ShareMembership
+from exactly.client.types import (
+    AcknowledgeType,
+    ShareAcknowledgements,
+    ShareGroupMetadata,
+    ShareRecord,
+    ack_batches,
+    by_topic,
+    duration,
+)
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
-from exactly.protocol.records import (
-    ATTR_CONTROL,
-    ATTR_TIMESTAMP_TYPE,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    RecordBatchHeader,
-    decompress,
-)
 from exactly.protocol.structs import TopicPartition
 
 __all__ = ["AcknowledgeType", "AsyncShareConsumer", "ShareAcknowledgements", "ShareConsumer",
-           "ShareGroupMetadata", "ShareRecord", "ack_batches"]
+           "ShareGroupMetadata", "ShareMembership", "ShareRecord", "ack_batches",
+           "decode_acquired"]
 
 log = logging.getLogger("exactly.client")
 
-_JOIN_EPOCH, _LEAVE_EPOCH = 0, -1
 _NEW_SESSION, _CLOSE_SESSION = 0, -1
-_REJOIN = {ErrorCode.unknown_member_id, ErrorCode.fenced_member_epoch}
-_NEW_SESSION_CODES = {ErrorCode.share_session_not_found, ErrorCode.invalid_share_session_epoch}
-_COORDINATOR_MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
-                      ErrorCode.coordinator_load_in_progress}
-
-
-class AcknowledgeType(enum.IntEnum):
-    """Kafka's AcknowledgeType ids, as ShareFetch and ShareAcknowledge carry them."""
-
-    GAP = 0      # an acquired offset without a record (the client sends these itself)
-    ACCEPT = 1   # processed: never delivered again
-    RELEASE = 2  # give it back: delivered again (its delivery count goes up)
-    REJECT = 3   # unprocessable: archived, never delivered again
-    RENEW = 4    # extend the lock (KIP-1222, ShareAcknowledge v2: not offered yet)
-
-
-class ShareRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    timestamp: int
-    timestamp_type: int
-    delivery_count: int  # 1 on the first delivery
-
-
-@dataclass(frozen=True, slots=True)
-class ShareGroupMetadata:
-    """The member's identity in its share group (KIP-1289's ShareGroupMetadata)."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class ShareAcknowledgements:
-    """Acknowledgements for a transaction: offset -> type per partition, and the member that
-    holds the records (TxnShareAcknowledge names it; the broker fences a stale epoch)."""
-
-    group: ShareGroupMetadata
-    acks: Mapping[TopicPartition, Mapping[int, AcknowledgeType]]
-
-    def offsets(self) -> dict[TopicPartition, set[int]]:
-        return {tp: set(by_offset) for tp, by_offset in self.acks.items()}
 
 
 class _Session(Protocol):
     async def add_share_acks_to_transaction(self, group_id: str,
                                             acknowledgments: ShareAcknowledgements) -> None: ...
-
-
-def ack_batches(acks: Mapping[int, int]) -> list[tuple[int, int, tuple[int, ...]]]:
-    """(first offset, last offset, types) ranges of contiguous offsets: one type for a range
-    of one type, else a type per offset (the AcknowledgementBatch layout)."""
-    out: list[tuple[int, int, tuple[int, ...]]] = []
-    run: list[int] = []
-    for offset in sorted(acks):
-        if run and offset != run[-1] + 1:
-            out.append(_batch(run, acks))
-            run = []
-        run.append(offset)
-    if run:
-        out.append(_batch(run, acks))
-    return out
-
-
-def _batch(run: list[int], acks: Mapping[int, int]) -> tuple[int, int, tuple[int, ...]]:
-    types = tuple(int(acks[o]) for o in run)
-    return run[0], run[-1], types[:1] if len(set(types)) == 1 else types
-
-
-def _ms(ms: float) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=int(ms))
-
-
-def decode_acquired(topic: str, partition: int, data: bytes | None,
-                    acquired: Iterable[Any]) -> tuple[list[ShareRecord], list[int]]:
-    """The acquired records of a ShareFetch partition answer, and the acquired offsets that hold
-    no record (gaps). Batches come whole; only offsets in an AcquiredRecords range count."""
-    counts: dict[int, int] = {}
-    for a in acquired:
-        for offset in range(a.first_offset, a.last_offset + 1):
-            counts[offset] = a.delivery_count
-    records: list[ShareRecord] = []
-    pos, size = 0, len(data or b"")
-    while data and pos + LOG_OVERHEAD <= size:
-        header = RecordBatchHeader(data, pos)
-        if header.end > size:
-            break
-        pos = header.end
-        attributes = header.attributes
-        if attributes & ATTR_CONTROL:
-            continue
-        if attributes & 0x07:
-            body = decompress(attributes & 0x07, data[header.position + HEADER_SIZE:header.end])
-            start, stop = 0, len(body)
-        else:
-            body, start, stop = data, header.position + HEADER_SIZE, header.end
-        decoded, _ = decode_section(
-            body, start, stop, header.records_count, header.base_offset, header.base_timestamp,
-            header.max_timestamp if attributes & ATTR_TIMESTAMP_TYPE else -1, topic, partition, 0)
-        for r in decoded:
-            count = counts.pop(r.offset, None)
-            if count is not None:
-                records.append(ShareRecord(*r, delivery_count=count))
-    return records, sorted(counts)
 
 
 @dataclass(slots=True)
@@ -215,139 +102,6 @@ class _LeaderSession:
 
     def advance(self) -> None:
         self.epoch = 1 if self.epoch >= 2**31 - 1 else self.epoch + 1
-
-
-class ShareMembership:
-    """One member of a share group: ShareGroupHeartbeat on a task of its own."""
-
-    def __init__(self, cluster: Cluster, config: ClientConfig,
-                 coordinator: GroupCoordinatorClient) -> None:
-        self.cluster, self.config, self.coordinator = cluster, config, coordinator
-        self.group_id = coordinator.group_id
-        self.member_id = str(uuid.uuid4())  # KIP-932 v1: the client names itself
-        self.member_epoch = _JOIN_EPOCH
-        self.topics: list[str] = []
-        self.assignment: set[TopicPartition] = set()
-        self.error: KafkaError | None = None
-        self._interval_ms = config["heartbeat.interval.ms"]
-        self._send_topics = True
-        self._wake = asyncio.Event()
-        self._assigned = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._leaving = False  # set by stop() and leave(): the heartbeat loop ends
-
-    def subscribe(self, topics: Iterable[str]) -> None:
-        self.topics = sorted(set(topics))
-        self._send_topics = True
-        self._wake.set()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name=f"share-group-{self.group_id}")
-
-    def metadata(self) -> ShareGroupMetadata:
-        return ShareGroupMetadata(self.group_id, self.member_id, self.member_epoch)
-
-    async def wait_assigned(self, timeout: float) -> bool:
-        if self.error is not None:
-            raise self.error
-        if not self._assigned.is_set():
-            await wait_event(self._assigned, timeout)
-        if self.error is not None:
-            raise self.error
-        return bool(self.assignment)
-
-    def rejoin(self, why: str) -> None:
-        """Join again with epoch 0 (the member keeps its id), e.g. after UNKNOWN_MEMBER_ID."""
-        log.info("event=share_group_rejoin group=%s member=%s reason=%s", self.group_id,
-                 self.member_id, why)
-        self.member_epoch = _JOIN_EPOCH
-        self._send_topics = True
-        self._wake.set()
-
-    async def _run(self) -> None:
-        backoff = self.config["retry.backoff.ms"] / 1000
-        while not self._leaving:
-            try:
-                await self._heartbeat()
-                backoff = self.config["retry.backoff.ms"] / 1000
-                wait = self._interval_ms / 1000
-            except asyncio.CancelledError:
-                raise
-            except KafkaError as exc:
-                if exc.code >= 0 and exc.code not in _COORDINATOR_MOVED and not exc.retriable:
-                    self.error = exc
-                    self._assigned.set()  # wake pollers: they raise it
-                    log.error("event=share_group_fatal group=%s error=%s", self.group_id, exc)
-                    return
-                log.info("event=share_group_retry group=%s error=%s", self.group_id, exc)
-                wait, backoff = backoff, min(backoff * 2, 1.0)
-            await wait_event(self._wake, wait)
-            self._wake.clear()
-
-    async def _heartbeat(self) -> None:
-        joining = self.member_epoch == _JOIN_EPOCH
-        topics = tuple(self.topics) if self._send_topics or joining else None
-        try:
-            response = await self.coordinator.send(
-                ApiKey.SHARE_GROUP_HEARTBEAT, group_id=self.group_id, member_id=self.member_id,
-                member_epoch=self.member_epoch, rack_id=None, subscribed_topic_names=topics)
-        except KafkaConnectionError:
-            await self.coordinator.coordinator_moved()
-            raise
-        code = response.error_code
-        if code in _REJOIN:
-            self.assignment = set()
-            self.rejoin(error_name(code))
-            return
-        if code in _COORDINATOR_MOVED:
-            await self.coordinator.coordinator_moved()
-        if code != ErrorCode.none:
-            raise KafkaError(f"ShareGroupHeartbeat for group {self.group_id!r}: "
-                             f"{error_name(code)} ({response.error_message})", code)
-        self._send_topics = False
-        self.member_id = response.member_id or self.member_id
-        self.member_epoch = response.member_epoch
-        self._interval_ms = max(int(response.heartbeat_interval.total_seconds() * 1000), 1)
-        if response.assignment is not None:
-            assignment = await self._names(response.assignment.topic_partitions)
-            if assignment != self.assignment or not self._assigned.is_set():
-                log.info("event=share_group_assigned group=%s member=%s epoch=%d partitions=%d",
-                         self.group_id, self.member_id, self.member_epoch, len(assignment))
-            self.assignment = assignment
-            self._assigned.set()
-
-    async def _names(self, assigned: Iterable[Any]) -> set[TopicPartition]:
-        by_id = {t.topic_id: list(t.partitions) for t in assigned}
-        names = self._topic_names()
-        if set(by_id) - set(names):
-            await self.cluster.refresh(list(self.topics))
-            names = self._topic_names()
-        return {TopicPartition(names[tid], p) for tid, ps in by_id.items() if tid in names
-                for p in ps}
-
-    def _topic_names(self) -> dict[uuid.UUID, str]:
-        return {md.topic_id: name for name, md in self.cluster.metadata.topics.items()
-                if md.topic_id is not None}
-
-    async def stop(self) -> None:
-        """End the heartbeat task, without leaving: close() does this even when its bound cut
-        its goodbyes short (before leave()), or the task would heartbeat on, reconnecting, and
-        keep a closed consumer in its group."""
-        task, self._task = self._task, None
-        self._leaving = True
-        await stop_tasks([task])
-
-    async def leave(self) -> None:
-        await self.stop()
-        if self.member_epoch > _JOIN_EPOCH:
-            try:
-                await self.coordinator.send(
-                    ApiKey.SHARE_GROUP_HEARTBEAT, group_id=self.group_id,
-                    member_id=self.member_id, member_epoch=_LEAVE_EPOCH, rack_id=None,
-                    subscribed_topic_names=None)
-            except KafkaError as exc:
-                log.info("event=share_group_leave_failed group=%s error=%s", self.group_id, exc)
-        self.member_epoch = _JOIN_EPOCH
-        self.assignment = set()
 
 
 AckCallback = Callable[[dict[TopicPartition, set[int]], KafkaError | None], None]
@@ -613,14 +367,14 @@ class AsyncShareConsumer:
         request = make_request(
             conn, ApiKey.SHARE_FETCH, group_id=self.group_id,
             member_id=self._membership.member_id, share_session_epoch=session.epoch,
-            max_wait=_ms(wait_ms), min_bytes=self.config["fetch.min.bytes"] if max_records else 0,
+            max_wait=duration(wait_ms), min_bytes=self.config["fetch.min.bytes"] if max_records else 0,
             max_bytes=self.config["fetch.max.bytes"], max_records=max_records,
             batch_size=max_records or 1,
             topics=self._topics(module, "FetchTopic", "FetchPartition", "AcknowledgementBatch",
                                 named, acks),
             forgotten_topics_data=tuple(
                 build(module.ForgottenTopic, topic_id=self._topic_ids[t], partitions=tuple(ps))
-                for t, ps in _by_topic(forgotten).items()))
+                for t, ps in by_topic(sorted(forgotten)).items()))
         try:
             response = await conn.send(request, timeout=wait_ms / 1000
                                        + self.config["request.timeout.ms"] / 1000)
@@ -662,7 +416,7 @@ class AsyncShareConsumer:
 
     def _session_failed(self, session: _LeaderSession, code: int, api: str,
                         message: str | None) -> None:
-        if code in _NEW_SESSION_CODES:
+        if code in SHARE_SESSION_LOST:
             log.info("event=share_session_reset node=%d reason=%s", session.node_id,
                      error_name(code))
             session.reset()
@@ -751,7 +505,7 @@ class AsyncShareConsumer:
             # Also when the bound cut the goodbyes short: the heartbeat task ends (it would
             # heartbeat on, reconnecting), and the connections close within what is left of
             # the timeout.
-            await _close_within(deadline, self._membership.stop, self._coordinator.close,
+            await close_within(deadline, self._membership.stop, self._coordinator.close,
                                 self._cluster.close)
 
     async def _close_session(self, session: _LeaderSession) -> None:
@@ -773,94 +527,42 @@ class AsyncShareConsumer:
             session.reset()
 
 
-_CLOSING: set[asyncio.Task[Any]] = set()  # closes started by close(), until they are done
-_CLOSE_GRACE_S = 0.1
-
-
-async def _close_within(deadline: float | None, *closes: Callable[[], Awaitable[object]]) -> None:
-    """Start every close at once, each in a task (a close() cancelled meanwhile still closes
-    everything), and wait for them until `deadline` (time.monotonic(); None: no bound), or a
-    moment (_CLOSE_GRACE_S) if it has passed. One not done by then finishes on its own: a TLS
-    connection's close waits for the peer's close_notify up to ssl_shutdown_timeout (30 s),
-    which a broker that does not answer never sends; its socket is closing either way, only
-    the wait is cut short."""
-    tasks = [asyncio.ensure_future(close()) for close in closes]
-    for task in tasks:
-        _CLOSING.add(task)
-        task.add_done_callback(_closed)
-    await asyncio.sleep(0)  # their first steps: the heartbeat task cancelled, sockets closing
-    # At least a moment, even after goodbyes that took the whole timeout: a plaintext close is
-    # done a loop turn or two later.
-    left = None if deadline is None else max(deadline - time.monotonic(), _CLOSE_GRACE_S)
-    _, pending = await asyncio.wait(tasks, timeout=left)
-    if pending:
-        log.warning("event=close_unfinished closes=%d: they finish after close() returns",
-                    len(pending))
-
-
-def _closed(task: asyncio.Task[Any]) -> None:
-    _CLOSING.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.info("event=close_failed error=%r", task.exception())
-
-
-def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for topic, partition in sorted(partitions):
-        out.setdefault(topic, []).append(partition)
-    return out
-
-
-class ShareConsumer(Blocking):
+class ShareConsumer(Blocking[AsyncShareConsumer]):
     """The blocking ShareConsumer: AsyncShareConsumer's methods, run on the client's loop
     thread. One thread at a time may use it, as with Kafka's KafkaShareConsumer."""
 
     def __init__(self, config: ClientConfig | Mapping[str, Any]) -> None:
-        self._loop = LoopThread.shared()
-        self._consumer: AsyncShareConsumer = self._loop.run(self._make(as_config(config)))
-        self._watch(self._consumer.close)
-
-    @staticmethod
-    async def _make(config: ClientConfig) -> AsyncShareConsumer:
-        return AsyncShareConsumer(config)
-
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(*args)
-
-    @property
-    def aio(self) -> AsyncShareConsumer:
-        return self._consumer
+        self._start(on_loop(AsyncShareConsumer, as_config(config)))
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        self._loop.run(self._call(self._consumer.subscribe,
-                                  [topics] if isinstance(topics, str) else list(topics)))
+        self._call(self.aio.subscribe, [topics] if isinstance(topics, str) else list(topics))
 
     def assignment(self) -> set[TopicPartition]:
-        return self._consumer.assignment()
+        return self.aio.assignment()
 
     def group_metadata(self) -> ShareGroupMetadata:
-        return self._consumer.group_metadata()
+        return self.aio.group_metadata()
 
     def poll(self, timeout_ms: float = 1000) -> list[ShareRecord]:
-        return self._loop.run(self._consumer.poll(timeout_ms))
+        return self._run(self.aio.poll(timeout_ms))
 
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT
                     ) -> None:
-        self._loop.run(self._call(self._consumer.acknowledge, record, type))
+        self._call(self.aio.acknowledge, record, type)
 
     def commit_sync(self) -> dict[TopicPartition, KafkaError | None]:
-        return self._loop.run(self._consumer.commit_sync())
+        return self._run(self.aio.commit_sync())
 
     def commit_async(self) -> None:
-        self._loop.run(self._call(self._consumer.commit_async))
+        self._call(self.aio.commit_async)
 
     def acknowledge_transactionally(self, session: Any,
                                     acknowledgments: Mapping[tuple[str, int], Iterable[int]],
                                     type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
         """KIP-1289: `session` is a TransactionSession (blocking or asyncio)."""
-        self._loop.run(self._consumer.acknowledge_transactionally(
+        self._run(self.aio.acknowledge_transactionally(
             getattr(session, "aio", session),
             {tp: list(offsets) for tp, offsets in acknowledgments.items()}, type))
 
     def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> None:
-        self._close(self._consumer.close(timeout))
+        self._close(self.aio.close(timeout))

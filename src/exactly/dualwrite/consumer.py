@@ -80,7 +80,7 @@ class AtomicConsumer:
         for tp in self.partitions:
             if tp in stored:
                 self._consumer.seek(tp, stored[tp])
-            elif self._consumer._consumer.config["auto.offset.reset"] == "earliest":
+            elif self._consumer.aio.config["auto.offset.reset"] == "earliest":
                 self._consumer.seek_to_beginning([tp])
             else:
                 self._consumer.seek_to_end([tp])

@@ -18,7 +18,7 @@ import os
 import struct
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -168,8 +168,10 @@ class PartitionLog:
 
     # -- append ----------------------------------------------------------------------------
 
-    def _parse(self, view: memoryview, allow_control: bool,
-               from_client: bool = False) -> list[RecordBatchHeader]:
+    def _parse(self, view: memoryview, allow_control: bool, from_client: bool = False,
+               parsed: Sequence[RecordBatchHeader] = ()) -> list[RecordBatchHeader]:
+        """The batches of `view`, each checked; `parsed`: the headers of its first batches,
+        read already by the caller (`append`), taken instead of reading them again."""
         total = len(view)
         if total == 0:
             raise InvalidRecordError("the produce request holds no record batch")
@@ -177,10 +179,17 @@ class PartitionLog:
         headers: list[RecordBatchHeader] = []
         pos = 0
         while pos < total:
-            try:
-                h = RecordBatchHeader(view, pos)
-            except RecordBatchError as exc:
-                raise CorruptRecordError(f"batch {len(headers)}: {exc}") from None
+            if parsed and len(headers) < len(parsed):
+                h = parsed[len(headers)]
+                if h.position != pos:
+                    raise ValueError(f"parsed header {len(headers)} is at {h.position}, "
+                                     f"not at its batch's position {pos}: parse it from these "
+                                     f"records")
+            else:
+                try:
+                    h = RecordBatchHeader(view, pos)
+                except RecordBatchError as exc:
+                    raise CorruptRecordError(f"batch {len(headers)}: {exc}") from None
             if h.batch_length < HEADER_SIZE - LOG_OVERHEAD or h.end > total:
                 raise CorruptRecordError(
                     f"batch {len(headers)}: length {h.batch_length} does not fit in the "
@@ -243,16 +252,24 @@ class PartitionLog:
                 tuple(missing))
 
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int | None = None,
-               allow_control: bool = False, from_client: bool = False) -> AppendResult:
+               allow_control: bool = False, from_client: bool = False,
+               headers: Sequence[RecordBatchHeader] = ()) -> AppendResult:
         """Append the batches of one Produce request, all or nothing.
 
         Control batches (transaction markers) are refused unless `allow_control`: clients may not
         write them, only the broker's own coordinators. A client's batches (`from_client`) to a
         compacted topic must give every record a key; the coordinators' own records always have
         one, and are not decoded again to check.
+
+        `headers`: the headers of the first batches, as the caller read them from these bytes
+        (or from bytes these begin: a Produce partition's records cut after their batch), so
+        that a request's batch header is read once (server/admission.py). Only the reading is
+        saved: each batch is checked here as if this had read it (lengths, size, magic, CRC,
+        producer id, sequence; then epoch and sequence against the producer state).
         """
         view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
-        return self._write(view, self._parse(view, allow_control, from_client), now_ms, None)
+        return self._write(view, self._parse(view, allow_control, from_client, headers), now_ms,
+                           None)
 
     def append_own(self, batch: OwnBatch, *, now_ms: int | None = None,
                    marker: Marker | None = None) -> AppendResult:

@@ -119,7 +119,7 @@ class AppendService:
         """Return once everything appended to `logs` so far is durable under the flush policy.
         `start_now`: the round starts now (if its files are free), not at the end of this turn
         of the loop with the turn's other waiters: for a wait that holds back the caller's own
-        appends (the partitions a Produce adds, handlers/produce.py)."""
+        appends (the partitions a Produce adds, server/admission.py)."""
         dirty = self.not_durable(logs)
         if not dirty:
             return  # durable already (or nothing is synced): a round would sync nothing

@@ -39,11 +39,10 @@ driver owns. While a transaction's markers are being written, requests for its t
 wait for them (`wait_for_markers`) instead of answering CONCURRENT_TRANSACTIONS, which clients
 back off on.
 
-The driver also holds the produce side of KIP-890 (`verify_write`): a transactional batch goes
-only into a partition of its producer's ongoing transaction, added implicitly by a transaction
-version 2 client, or verified with the coordinator for an older one. A partition added so is
-made durable in the coordinator's log by a sync round the Produce waits for before it appends
-(never a blocking sync on the event loop); `ProduceTurns` keeps that id's later requests behind it.
+The driver also holds the produce side (`produce_gate`, server/admission.py): the rules that
+order a Produce request's checks, appends, syncs and answer, KIP-890's verification and implicit
+add of a transactional batch's partition among them, with the state of one request kept in an
+`Admission` of its own.
 
 Fault points (exactly.failpoints): txn.after_prepare, txn.before_markers, txn.after_markers;
 txn.markers.sync (skip).
@@ -61,64 +60,13 @@ from exactly.log import LogManager, PartitionLog
 from exactly.log.errors import LogError
 from exactly.protocol.errors import ErrorCode, error_name
 from exactly.protocol.structs import TopicPartition
+from exactly.server.admission import ProduceGate
 from exactly.server.appends import AppendService
 from exactly.share.coordinator import ShareCoordinator
 from exactly.share.state_store import SHARE_STATE_TOPIC
 from exactly.txn import TransactionCoordinator, TxnMarkers
 
 log = logging.getLogger("exactly.transactions")
-
-
-class ProduceTurns:
-    """The Produce requests of one transactional id append in the order they arrived, also when
-    one of them waits between its checks and its appends (for the partitions it added to its
-    transaction to be durable, under the fsync policy): it holds its id's turn while it waits,
-    and the requests of that id that arrive meanwhile wait for the turn, in arrival order
-    (asyncio.Lock wakes its waiters first come, first served, and lets none jump the queue).
-    A producer's batches of one partition must be appended in sequence order; requests of other
-    ids go on meanwhile.
-
-    Nothing is checked again after the wait. Only a transaction version 2 request waits, and
-    whatever ends its transaction meanwhile (an EndTxn, a timeout, a new InitProducerId) bumps
-    the producer epoch: markers appended before the waiting batch fence it (the partition
-    refuses the older epoch), markers appended after it end it with its transaction."""
-
-    def __init__(self) -> None:
-        self._turns: dict[str, _Turn] = {}
-
-    def busy(self, transactional_id: str) -> bool:
-        """Does a request of this id hold its turn, or wait for it?"""
-        return transactional_id in self._turns
-
-    async def take(self, transactional_id: str) -> _Turn:
-        """Wait for the turn of `transactional_id` (at once if nobody holds it); give it back."""
-        turn = self._turns.get(transactional_id)
-        if turn is None:
-            turn = self._turns[transactional_id] = _Turn()
-        turn.users += 1
-        try:
-            await turn.lock.acquire()
-        except BaseException:
-            self._leave(transactional_id, turn)
-            raise
-        return turn
-
-    def give_back(self, transactional_id: str, turn: _Turn) -> None:
-        turn.lock.release()
-        self._leave(transactional_id, turn)
-
-    def _leave(self, transactional_id: str, turn: _Turn) -> None:
-        turn.users -= 1
-        if not turn.users and self._turns.get(transactional_id) is turn:
-            del self._turns[transactional_id]
-
-
-class _Turn:
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0  # the request holding the turn and those waiting for it
 
 
 class TransactionDriver:
@@ -133,12 +81,13 @@ class TransactionDriver:
         self.appends = appends
         self.clock = clock
         self.transaction_version = transaction_version
-        self.verification_enabled = verification_enabled
         # Transactional id -> set once its markers are written.
         self._markers_in_progress: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()  # markers after an EndTxn answer
-        self._added: set[PartitionLog] = set()  # transaction logs owed a sync (verify_write)
-        self.produce_turns = ProduceTurns()
+        # The produce side (server/admission.py); its requests wait for this driver's markers.
+        self.produce_gate = ProduceGate(
+            coordinator=coordinator, logs=logs, appends=appends, markers=self, clock=clock,
+            transaction_version=transaction_version, verification_enabled=verification_enabled)
 
     # -- waiting for markers ----------------------------------------------------------------
 
@@ -155,37 +104,6 @@ class TransactionDriver:
         """Return once the markers being written now are written (not those begun meanwhile)."""
         for done in list(self._markers_in_progress.values()):
             await done.wait()
-
-    # -- KIP-890: verification of a transactional write ----------------------------------------
-
-    def verify_write(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     tp: TopicPartition, *, implicit_add: bool) -> ErrorCode:
-        """May this producer's transactional batch go into `tp`? With `implicit_add` (a Produce
-        request of a transaction version 2 client, when the broker runs version 2) the partition
-        is added to the transaction; otherwise an older client's partition is verified, if
-        `transaction.partition.verification.enable` is on."""
-        if implicit_add and self.transaction_version >= 2:
-            error = self.coordinator.add_partitions(
-                transactional_id, producer_id, producer_epoch, [tp], now_ms=self.clock(),
-                client_transaction_version=2)[tp]
-            if error == ErrorCode.none:
-                # Made durable before the data is appended: the Produce takes them (`take_added`).
-                self._added.add(self.coordinator.log_for(transactional_id))
-            return error
-        if self.verification_enabled:
-            return self.coordinator.verify_partitions(transactional_id, producer_id,
-                                                      producer_epoch, [tp])[tp]
-        return ErrorCode.none
-
-    def take_added(self) -> list[PartitionLog]:
-        """The transaction logs of the partitions `verify_write` added since the last call. A
-        Produce request takes them once it has checked all its partitions and makes them durable
-        (one round for all the partitions it adds) before appending its data: the coordinator
-        must know a partition before its data can be on disk, or a power cut could leave data of
-        a transaction nobody will end. While it waits, the later Produce requests of its
-        transactional id wait for their turn (`produce_turns`)."""
-        added, self._added = self._added, set()
-        return list(added)
 
     # -- finishing transactions ---------------------------------------------------------------
 

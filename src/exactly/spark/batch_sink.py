@@ -25,6 +25,11 @@ places to run code: `writer()` on the driver before any task, `write()` in each 
    every open transaction of the job, unless a decision with participants was recorded already
    (Spark calls abort when commit itself failed): then that decision is carried out.
 
+The driver's side (the writer's constructor, commit and abort) goes through the prefix's
+QueryCoordinator (exactly.spark.coordinator), which holds its Admin, decisions producer and
+decisions reader in the Python worker; the tasks read the newest decision with clients of their
+own (exactly.spark.decisions.latest_decision).
+
 Why one transactional id per task attempt. Python data sources do the whole write and prepare
 inside write(), so two attempts of one partition (a retry after a failure, or a speculative
 copy) can both prepare. Spark's commit coordinator lets one attempt per partition report its
@@ -70,9 +75,11 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from exactly import failpoints
-from exactly.client import Admin, PreparedTxnState, Producer, State, TransactionSession
+from exactly.client import PreparedTxnState, State
 from exactly.spark.capabilities import check_keep_prepared
-from exactly.spark.decisions import Decision, ensure_topic, latest_decision, record_decision
+from exactly.spark.clients import PROCESS, ClientFactory
+from exactly.spark.coordinator import QueryCoordinator, unfinished
+from exactly.spark.decisions import latest_decision
 from exactly.spark.options import (
     AT_LEAST_ONCE,
     DECISIONS_TOPIC,
@@ -81,7 +88,7 @@ from exactly.spark.options import (
     WriteOptions,
 )
 from exactly.spark.sink import send_rows
-from exactly.spark.stream_sink import FINISHED_STATES, TaskCommit
+from exactly.spark.stream_sink import TaskCommit
 
 __all__ = ["ExactlyOnceBatchWriter", "ExactlyOnceUnavailable", "Recovered", "batch_prefix",
            "check_two_phase_commit", "open_batch_transactions", "recover_batch_writes"]
@@ -118,7 +125,8 @@ def _two_phase(client: Mapping[str, str], transactional_id: str) -> dict[str, st
             "transaction.two.phase.commit.enable": "true"}
 
 
-def check_two_phase_commit(options: WriteOptions, prefix: str) -> None:
+def check_two_phase_commit(options: WriteOptions, prefix: str,
+                           clients: ClientFactory = PROCESS) -> None:
     """Raise ExactlyOnceUnavailable unless the broker offers KIP-939 two-phase commit with
     KeepPreparedTxn (exactly.spark.capabilities probes `<prefix>-probe`)."""
     if options.transaction_resume == PRODUCER_ID:
@@ -126,7 +134,7 @@ def check_two_phase_commit(options: WriteOptions, prefix: str) -> None:
                           "batch write commits by KIP-939 two-phase commit only: remove the "
                           f"option, or write with deliveryGuarantee={AT_LEAST_ONCE}")
     try:
-        check_keep_prepared(options.client, prefix)
+        check_keep_prepared(options.client, prefix, clients)
     except OptionError as exc:
         raise ExactlyOnceUnavailable(
             "deliveryGuarantee=exactly-once for a batch write needs KIP-939 two-phase commit "
@@ -135,22 +143,24 @@ def check_two_phase_commit(options: WriteOptions, prefix: str) -> None:
             f"rows twice): {exc}") from None
 
 
+def _pattern(prefix: str, job: str | None = None) -> re.Pattern[str]:
+    """The transactional ids of the batch writes of `prefix` (of one job, if given)."""
+    return re.compile(re.escape(prefix) + "-" + (re.escape(job) if job else "[0-9a-f]{12}")
+                      + r"-\d+-\d+")
+
+
 def open_batch_transactions(client: Mapping[str, str], prefix: str, job: str | None = None
                             ) -> list[str]:
     """Transactional ids of the batch writes of `prefix` (of one job, if given) whose
     transaction is open."""
-    pattern = re.compile(re.escape(prefix) + "-" + (re.escape(job) if job else "[0-9a-f]{12}")
-                         + r"-\d+-\d+")
-    with Admin(client) as admin:
-        listed = admin.list_transactions()
-    return sorted(t.transactional_id for t in listed
-                  if pattern.fullmatch(t.transactional_id) and t.state not in FINISHED_STATES)
+    with PROCESS.admin(client) as admin:
+        return unfinished(admin.list_transactions(), _pattern(prefix, job))
 
 
-def _finish(client: Mapping[str, str], transactional_id: str, decided: str) -> bool | None:
+def _finish(coordinator: QueryCoordinator, transactional_id: str, decided: str) -> bool | None:
     """Commit the open transaction of `transactional_id` if `decided` is its PreparedTxnState,
     abort it otherwise: True if committed, False if aborted, None if none was open."""
-    with TransactionSession(_two_phase(client, transactional_id)) as session:
+    with coordinator.clients.session(coordinator.session_config(transactional_id)) as session:
         session.initialize(keep_prepared_txn=True)  # keeps an open transaction, fences its writer
         if session.state is not State.PREPARED:
             return None
@@ -161,11 +171,11 @@ def _finish(client: Mapping[str, str], transactional_id: str, decided: str) -> b
     return kept == decided
 
 
-def _finish_all(client: Mapping[str, str], ids: list[str], decided: Mapping[str, str]
+def _finish_all(coordinator: QueryCoordinator, ids: list[str], decided: Mapping[str, str]
                 ) -> Recovered:
     done = Recovered([], [])
     for txn_id in ids:
-        committed = _finish(client, txn_id, decided.get(txn_id, ""))
+        committed = _finish(coordinator, txn_id, decided.get(txn_id, ""))
         if committed is not None:
             (done.committed if committed else done.aborted).append(txn_id)
     return done
@@ -176,12 +186,17 @@ def recover_batch_writes(client: Mapping[str, str], prefix: str,
     """Finish every open transaction of the exactly-once batch writes of `prefix`: commit those
     the newest decision of the prefix names, abort the others. Run it when no job of the prefix
     is running (a job of the prefix does it when it starts)."""
-    newest = latest_decision(client, decisions_topic, prefix)
-    done = _finish_all(client, open_batch_transactions(client, prefix),
+    with QueryCoordinator(client, prefix, decisions_topic) as coordinator:
+        return _recover(coordinator)
+
+
+def _recover(coordinator: QueryCoordinator) -> Recovered:
+    newest = coordinator.latest()
+    done = _finish_all(coordinator, coordinator.open_transactions(_pattern(coordinator.prefix)),
                        newest.participants if newest else {})
     if done.committed or done.aborted:
-        log.warning("event=spark_batch_recovered prefix=%s committed=%d aborted=%d", prefix,
-                    len(done.committed), len(done.aborted))
+        log.warning("event=spark_batch_recovered prefix=%s committed=%d aborted=%d",
+                    coordinator.prefix, len(done.committed), len(done.aborted))
     return done
 
 
@@ -193,19 +208,21 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         self.options = options
         self.prefix = batch_prefix(options)
         self.job = uuid.uuid4().hex[:12]
-        client = options.client
-        check_two_phase_commit(options, self.prefix)
-        ensure_topic(client, options.decisions_topic)
-        recover_batch_writes(client, self.prefix, options.decisions_topic)
-        newest = self._newest()
+        coordinator = self._coordinator()
+        check_two_phase_commit(options, self.prefix, coordinator.clients)
+        coordinator.ensure_topic()
+        _recover(coordinator)
+        newest = coordinator.latest()
         self.sequence = newest.batch + 1 if newest else 0
 
-    def _newest(self) -> Decision | None:
-        return latest_decision(self.options.client, self.options.decisions_topic, self.prefix)
+    def _coordinator(self) -> QueryCoordinator:
+        """The prefix's coordinator in this process (exactly.spark.coordinator): on the driver
+        only, never pickled with the writer."""
+        return QueryCoordinator.of(self.options.client, self.prefix, self.options.decisions_topic)
 
     def _job_over(self) -> bool:
-        """A decision of this job, or of a later one, is recorded."""
-        newest = self._newest()
+        """A decision of this job, or of a later one, is recorded (asked in the tasks)."""
+        newest = latest_decision(self.options.client, self.options.decisions_topic, self.prefix)
         return newest is not None and newest.batch >= self.sequence
 
     # -- in the tasks ---------------------------------------------------------------------------
@@ -231,10 +248,10 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
             for _ in iterator:  # read to the end, as the Python worker expects
                 pass
             return TaskCommit(partition, 0, txn_id, query_id=self.job)
-        with TransactionSession(_two_phase(self.options.client, txn_id)) as session:
+        with PROCESS.session(_two_phase(self.options.client, txn_id)) as session:
             session.initialize()  # a new id: nothing of an earlier attempt to keep
             session.begin_transaction()
-            with Producer(self.options.client, session=session) as producer:
+            with PROCESS.producer(self.options.client, session=session) as producer:
                 count = send_rows(producer, iterator, self.options.topic, midway)
             if count == 0:
                 return TaskCommit(partition, 0, txn_id, query_id=self.job)
@@ -247,35 +264,37 @@ class ExactlyOnceBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
     # -- on the driver --------------------------------------------------------------------------
 
-    def _complete(self, participants: Mapping[str, str]) -> Recovered:
+    def _complete(self, coordinator: QueryCoordinator, participants: Mapping[str, str]
+                  ) -> Recovered:
         """Commit the participants, abort every other open transaction of the job."""
         ids = sorted(set(participants)
-                     | set(open_batch_transactions(self.options.client, self.prefix, self.job)))
-        return _finish_all(self.options.client, ids, participants)
+                     | set(coordinator.open_transactions(_pattern(self.prefix, self.job))))
+        return _finish_all(coordinator, ids, participants)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         done = [m for m in messages if isinstance(m, TaskCommit)]
-        newest = self._newest()
+        coordinator = self._coordinator()
+        newest = coordinator.latest()
         if newest is not None and newest.batch >= self.sequence:
             raise RuntimeError(
                 f"another job with transactionalIdPrefix {self.prefix!r} recorded a decision "
                 f"while this one (job {self.job}) ran: batch jobs that run at the same time need "
                 "different transactionalIdPrefix values; this job is aborted")
-        decision = Decision(self.prefix, self.sequence,
-                            {m.transactional_id: m.state for m in done if m.state}, self.job)
-        record_decision(self.options.client, self.options.decisions_topic, decision)
+        decision = coordinator.decide(self.sequence, {m.transactional_id: m.state
+                                                      for m in done if m.state}, self.job)
         failpoints.hit("spark.batch.driver.after_decision")
-        finished = self._complete(decision.participants)
+        finished = self._complete(coordinator, decision.participants)
         log.info("event=spark_batch_job_committed prefix=%s job=%s records=%d participants=%d "
                  "aborted=%d", self.prefix, self.job, sum(m.records for m in done),
                  len(decision.participants), len(finished.aborted))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        newest = self._newest()
+        coordinator = self._coordinator()
+        newest = coordinator.latest()
         if newest is None or newest.batch < self.sequence:
             # Recorded first, so that an attempt still writing finds the job over (see above).
-            newest = Decision(self.prefix, self.sequence, {}, self.job)
-            record_decision(self.options.client, self.options.decisions_topic, newest)
-        finished = self._complete(newest.participants if newest.query_id == self.job else {})
+            newest = coordinator.decide(self.sequence, {}, self.job)
+        finished = self._complete(coordinator,
+                                  newest.participants if newest.query_id == self.job else {})
         log.warning("event=spark_batch_job_aborted prefix=%s job=%s committed=%d aborted=%d",
                     self.prefix, self.job, len(finished.committed), len(finished.aborted))

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exactly.client import Admin, TransactionError, TransactionSession, UnsupportedVersionError
+from exactly.client import TransactionError, UnsupportedVersionError
 from exactly.protocol.errors import ErrorCode
+from exactly.spark.clients import PROCESS, ClientFactory
 from exactly.spark.options import AT_LEAST_ONCE, KEEP_PREPARED, PRODUCER_ID, OptionError
 
 __all__ = ["check_keep_prepared", "check_producer_id", "probe_id"]
@@ -46,8 +47,10 @@ def _key(client: Mapping[str, str], *rest: object) -> tuple[object, ...]:
     return (tuple(sorted(client.items())), *rest)
 
 
-def check_keep_prepared(client: Mapping[str, str], prefix: str) -> None:
-    """Raise OptionError unless the broker offers KIP-939 two-phase commit with KeepPreparedTxn."""
+def check_keep_prepared(client: Mapping[str, str], prefix: str,
+                        clients: ClientFactory = PROCESS) -> None:
+    """Raise OptionError unless the broker offers KIP-939 two-phase commit with KeepPreparedTxn
+    (`clients` makes the clients the check needs)."""
     key = _key(client, prefix, KEEP_PREPARED)
     if key in _passed:
         return
@@ -55,7 +58,7 @@ def check_keep_prepared(client: Mapping[str, str], prefix: str) -> None:
               "transaction.two.phase.commit.enable": "true"}
     where = f"the broker at {client.get('bootstrap.servers')}"
     try:
-        with TransactionSession(config) as session:
+        with clients.session(config) as session:
             session.initialize(keep_prepared_txn=True)
     except UnsupportedVersionError as exc:
         problem = (f"{where} lacks InitProducerId v6, which carries Enable2Pc and "
@@ -79,16 +82,17 @@ def check_keep_prepared(client: Mapping[str, str], prefix: str) -> None:
         f"or option deliveryGuarantee={AT_LEAST_ONCE}")
 
 
-def check_producer_id(client: Mapping[str, str], prefix: str, timeout_ms: int) -> None:
+def check_producer_id(client: Mapping[str, str], prefix: str, timeout_ms: int,
+                      clients: ClientFactory = PROCESS) -> None:
     """Raise OptionError unless the broker accepts transactions of `timeout_ms` and offers the
-    calls that recovery by producer id needs."""
+    calls that recovery by producer id needs (`clients` makes the clients the check needs)."""
     key = _key(client, prefix, PRODUCER_ID, timeout_ms)
     if key in _passed:
         return
     config = {**client, "transactional.id": probe_id(prefix),
               "transaction.timeout.ms": str(timeout_ms)}
     try:
-        with TransactionSession(config) as session:
+        with clients.session(config) as session:
             session.initialize()
             producer_id = session.producer_id
     except TransactionError as exc:
@@ -101,7 +105,7 @@ def check_producer_id(client: Mapping[str, str], prefix: str, timeout_ms: int) -
             f"transactionResume={PRODUCER_ID} it bounds the time from a task's first write to "
             "the commit of its batch") from None
     try:
-        with Admin(client) as admin:
+        with clients.admin(client) as admin:
             admin.describe_transactions([probe_id(prefix)])
             admin.list_transactions(producer_ids=[producer_id])
     except UnsupportedVersionError as exc:

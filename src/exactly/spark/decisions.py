@@ -10,16 +10,19 @@ the newest decision of a query is the only one that can still be incomplete.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exactly.client import Admin, AdminError, NewTopic, Producer
-from exactly.spark.offsets import PartitionRange, resolve_offsets
-from exactly.spark.source import read_range
+from exactly.client import Admin, AdminError, Consumer, NewTopic, OffsetSpec, Producer
+from exactly.spark.clients import PROCESS, ClientFactory
+from exactly.spark.offsets import PartitionRange
+from exactly.spark.source import read_with
 
-__all__ = ["TOPIC_CONFIGS", "Decision", "DecisionReader", "ensure_topic", "latest_decision",
-           "record_decision"]
+__all__ = ["DECISIONS_PRODUCER", "TOPIC_CONFIGS", "Decision", "DecisionReader",
+           "create_topic_if_missing", "ensure_topic", "latest_decision", "record_decision",
+           "send_decision"]
 
 
 @dataclass(frozen=True)
@@ -52,57 +55,105 @@ class Decision:
 TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(1024 * 1024),
                  "segment.ms": str(3600 * 1000)}
 
+# The decisions producer: acks=all, so that a decision is durable before any participant is
+# completed by it. Not idempotent: a retry's duplicate is the same decision, and an idempotent
+# producer's id would leave a batch per decision in the compacted topic (the cleaner keeps each
+# producer's last batch until producer.id.expiration.ms).
+DECISIONS_PRODUCER = {"acks": "all", "enable.idempotence": "false"}
 
-def ensure_topic(client: Mapping[str, str], topic: str) -> None:
+
+def ensure_topic(client: Mapping[str, str], topic: str, clients: ClientFactory = PROCESS) -> None:
     """Create the decisions topic (one partition, compacted) unless it exists."""
-    with Admin(client) as admin:
-        if topic in admin.list_topics():
-            return
-        try:
-            admin.create_topics([NewTopic(topic, 1, -1, dict(TOPIC_CONFIGS))])
-        except AdminError as exc:  # created meanwhile by another query: fine
-            if any(e.name != "TOPIC_ALREADY_EXISTS" for e in exc.errors.values()):
-                raise
+    with clients.admin(client) as admin:
+        create_topic_if_missing(admin, topic)
+
+
+def create_topic_if_missing(admin: Admin, topic: str) -> None:
+    """ensure_topic with an Admin the caller holds."""
+    if topic in admin.list_topics():
+        return
+    try:
+        admin.create_topics([NewTopic(topic, 1, -1, dict(TOPIC_CONFIGS))])
+    except AdminError as exc:  # created meanwhile by another query: fine
+        if any(e.name != "TOPIC_ALREADY_EXISTS" for e in exc.errors.values()):
+            raise
 
 
 class DecisionReader:
     """Reads a decisions topic and remembers how far: each call reads only what was written
     since the last one. Spark creates the stream writer anew for every micro-batch's commit (and
     for the executors' plan), in Python workers it reuses, so `latest_decision` keeps one reader
-    per topic in the process; a fresh worker reads the topic once from its start, which
-    compaction keeps to one record per query plus the active segment."""
+    per topic in the process, and so does each QueryCoordinator (exactly.spark.coordinator); a
+    fresh worker reads the topic once from its start, which compaction keeps to one record per
+    query plus the active segment.
 
-    def __init__(self, client: Mapping[str, str], topic: str) -> None:
+    `latest` takes the Admin (metadata and ListOffsets) and the consumer to read with from its
+    caller, who holds them (a QueryCoordinator), or makes its own for the call with `clients`:
+    then one Admin, and one consumer if there is anything new to read."""
+
+    def __init__(self, client: Mapping[str, str], topic: str,
+                 clients: ClientFactory = PROCESS) -> None:
         self.client = {**client, "isolation.level": "read_uncommitted"}
         self.topic = topic
+        self.clients = clients
         self.positions: dict[tuple[str, int], int] = {}  # next offset to read
         self.newest: dict[bytes, Decision] = {}  # per prefix
         self.records_read = 0
 
-    def latest(self, prefix: str) -> Decision | None:
-        with Admin(self.client) as admin:
-            if self.topic not in admin.list_topics():
-                return None
-            found = admin.describe_topics([self.topic])
+    @property
+    def consumer_config(self) -> dict[str, str]:
+        """The config of a consumer to read with (read_uncommitted: decisions are written
+        outside transactions, and the newest must be seen at once)."""
+        return {**self.client, "auto.offset.reset": "none"}
+
+    def latest(self, prefix: str, admin: Admin | None = None,
+               consumer: Consumer | None = None) -> Decision | None:
+        if admin is None:
+            with self.clients.admin(self.client) as own:
+                return self.latest(prefix, own, consumer)
+        if self.topic not in admin.list_topics():
+            return None
+        found = admin.describe_topics([self.topic])
         tps = [(self.topic, p.partition) for p in found[self.topic].partitions]
-        starts = resolve_offsets(self.client, tps, "earliest", -2)
-        ends = resolve_offsets(self.client, tps, "latest", -1)
-        for tp in tps:
-            position = self.positions.get(tp, starts[tp])
-            if not starts[tp] <= position <= ends[tp]:  # the topic was recreated: start over
-                position = starts[tp]
-                self.newest.clear()
-            for chunk in read_range(self.client, PartitionRange(tp[0], tp[1], position, ends[tp])):
-                self.records_read += len(chunk)
-                for record in chunk:
-                    if record.key is None or record.value is None:
-                        continue
-                    decision = Decision.from_json(record.value)
-                    known = self.newest.get(record.key)
-                    if known is None or decision.batch >= known.batch:
-                        self.newest[record.key] = decision
-            self.positions[tp] = ends[tp]
+        starts = _offsets(admin, tps, OffsetSpec.earliest())
+        ends = _offsets(admin, tps, OffsetSpec.latest())
+        with contextlib.ExitStack() as stack:
+            if consumer is not None:
+                stack.callback(_unassign, consumer)  # held by the caller: no fetching while idle
+            for tp in tps:
+                position = self.positions.get(tp, starts[tp])
+                if not starts[tp] <= position <= ends[tp]:  # the topic was recreated: start over
+                    position = starts[tp]
+                    self.newest.clear()
+                if position < ends[tp]:
+                    if consumer is None:  # made for this call, and only when there is news
+                        consumer = stack.enter_context(self.clients.consumer(self.consumer_config))
+                    self._read(consumer, PartitionRange(tp[0], tp[1], position, ends[tp]))
+                self.positions[tp] = ends[tp]
         return self.newest.get(prefix.encode())
+
+    def _read(self, consumer: Consumer, r: PartitionRange) -> None:
+        for chunk in read_with(consumer, r):
+            self.records_read += len(chunk)
+            for record in chunk:
+                if record.key is None or record.value is None:
+                    continue
+                decision = Decision.from_json(record.value)
+                known = self.newest.get(record.key)
+                if known is None or decision.batch >= known.batch:
+                    self.newest[record.key] = decision
+
+
+def _unassign(consumer: Consumer) -> None:
+    with contextlib.suppress(Exception):  # a broken consumer: its holder finds out on next use
+        consumer.assign([])
+
+
+def _offsets(admin: Admin, tps: list[tuple[str, int]], spec: OffsetSpec
+             ) -> dict[tuple[str, int], int]:
+    """ListOffsets (read_uncommitted: "latest" is the high watermark) for each partition."""
+    found = admin.list_offsets({tp: spec for tp in tps})
+    return {(tp.topic, tp.partition): info.offset for tp, info in found.items()}
 
 
 _readers: dict[tuple[str, str], DecisionReader] = {}
@@ -110,7 +161,7 @@ _readers: dict[tuple[str, str], DecisionReader] = {}
 
 def latest_decision(client: Mapping[str, str], topic: str, prefix: str) -> Decision | None:
     """The newest decision recorded for `prefix`, or None (reading only what is new since this
-    process last asked)."""
+    process last asked; the clients made for the call, see DecisionReader)."""
     key = (str(client.get("bootstrap.servers", "")), topic)
     reader = _readers.get(key)
     if reader is None or reader.client != {**client, "isolation.level": "read_uncommitted"}:
@@ -118,12 +169,17 @@ def latest_decision(client: Mapping[str, str], topic: str, prefix: str) -> Decis
     return reader.latest(prefix)
 
 
-def record_decision(client: Mapping[str, str], topic: str, decision: Decision) -> None:
-    """Write the decision and wait until the broker has acknowledged it (acks=all). Not
-    idempotent: a retry's duplicate is the same decision, and an idempotent producer's id would
-    leave a batch per decision in the compacted topic (the cleaner keeps each producer's last
-    batch until producer.id.expiration.ms)."""
-    with Producer({**client, "acks": "all", "enable.idempotence": "false"}) as producer:
-        future = producer.send(topic, decision.to_json(), key=decision.prefix.encode())
-        producer.flush()
-        future.result(timeout=0)
+def record_decision(client: Mapping[str, str], topic: str, decision: Decision,
+                    clients: ClientFactory = PROCESS) -> None:
+    """Write the decision and wait until the broker has acknowledged it, with a producer of its
+    own (DECISIONS_PRODUCER: acks=all, not idempotent)."""
+    with clients.producer({**client, **DECISIONS_PRODUCER}) as producer:
+        send_decision(producer, topic, decision)
+
+
+def send_decision(producer: Producer, topic: str, decision: Decision) -> None:
+    """Write the decision with a producer the caller holds (its config with DECISIONS_PRODUCER)
+    and wait until the broker has acknowledged it."""
+    future = producer.send(topic, decision.to_json(), key=decision.prefix.encode())
+    producer.flush()
+    future.result(timeout=0)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from exactly.client import Admin, Consumer
+from exactly.spark.clients import PROCESS
 from exactly.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 
 __all__ = ["PartitionRange", "partitions_of", "resolve_offsets", "resolve_ranges"]
@@ -28,7 +28,7 @@ def partitions_of(options: ReadOptions) -> list[tuple[str, int]]:
     """The (topic, partition) pairs the options select, sorted."""
     if options.assign:
         return sorted((t, p) for t, parts in options.assign.items() for p in parts)
-    with Admin(options.client) as admin:
+    with PROCESS.admin(options.client) as admin:
         if options.subscribe_pattern is not None:
             pattern = re.compile(options.subscribe_pattern)
             topics = [t for t in admin.list_topics() if pattern.fullmatch(t)]
@@ -56,7 +56,7 @@ def resolve_offsets(client: Mapping[str, str], tps: Iterable[tuple[str, int]], s
     symbolic = [tp for tp, o in wanted.items() if o in (EARLIEST, LATEST)]
     if not symbolic:
         return wanted
-    with Consumer({**client, "auto.offset.reset": "none"}) as consumer:
+    with PROCESS.consumer({**client, "auto.offset.reset": "none"}) as consumer:
         consumer.assign(symbolic)
         consumer.seek_to_beginning([tp for tp in symbolic if wanted[tp] == EARLIEST])
         consumer.seek_to_end([tp for tp in symbolic if wanted[tp] == LATEST])

@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 )
 
 from exactly.client import Producer
+from exactly.spark.clients import PROCESS
 from exactly.spark.options import OptionError, WriteOptions
 
 __all__ = ["BatchWriter", "WriteResult", "check_input_schema", "send_rows"]
@@ -98,5 +99,5 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
-        with Producer(self.options.client) as producer:
+        with PROCESS.producer(self.options.client) as producer:
             return WriteResult(send_rows(producer, iterator, self.options.topic))

@@ -13,10 +13,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from exactly.client import Consumer, ConsumerRecord
+from exactly.spark.clients import PROCESS, ClientFactory
 from exactly.spark.offsets import PartitionRange, resolve_ranges
 from exactly.spark.options import ReadOptions
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA", "BatchReader", "read_range", "to_arrow"]
+__all__ = ["ARROW_SCHEMA", "SCHEMA", "BatchReader", "read_range", "read_with", "to_arrow"]
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
           "timestamp timestamp, timestampType int, "
@@ -50,28 +51,39 @@ def to_arrow(records: list[ConsumerRecord]) -> pa.RecordBatch:
 
 
 def read_range(client: Mapping[str, Any], r: PartitionRange,
-               max_records: int = ROWS_PER_BATCH) -> Iterator[list[ConsumerRecord]]:
+               max_records: int = ROWS_PER_BATCH, clients: ClientFactory = PROCESS
+               ) -> Iterator[list[ConsumerRecord]]:
     """The records of [r.start, r.end) in offset order, in chunks; with read_committed, the
-    records of aborted transactions and control records are skipped."""
+    records of aborted transactions and control records are skipped. A consumer of its own
+    (made by `clients`), for the range only."""
+    if r.start >= r.end:
+        return
+    with clients.consumer({**client, "auto.offset.reset": "none"}) as consumer:
+        yield from read_with(consumer, r, max_records)
+
+
+def read_with(consumer: Consumer, r: PartitionRange, max_records: int = ROWS_PER_BATCH
+              ) -> Iterator[list[ConsumerRecord]]:
+    """read_range with a consumer the caller holds (its config with auto.offset.reset=none):
+    assigned the range's partition, and only that, while it reads."""
     if r.start >= r.end:
         return
     tp = (r.topic, r.partition)
-    with Consumer({**client, "auto.offset.reset": "none"}) as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, r.start)
-        position, stalled_since = r.start, time.monotonic()
-        while position < r.end:
-            records = consumer.poll(timeout_ms=500, max_records=max_records)
-            chunk = [rec for rec in records if rec.offset < r.end]
-            if chunk:
-                yield chunk
-            new = (records[-1].offset + 1 if records and records[-1].offset + 1 >= r.end
-                   else consumer.position(tp))
-            if new > position:
-                position, stalled_since = new, time.monotonic()
-            elif time.monotonic() - stalled_since > STALL_SECONDS:
-                raise TimeoutError(f"reading {r.topic}-{r.partition} made no progress at offset "
-                                   f"{position} for {STALL_SECONDS:.0f}s (range ends at {r.end})")
+    consumer.assign([tp])
+    consumer.seek(tp, r.start)
+    position, stalled_since = r.start, time.monotonic()
+    while position < r.end:
+        records = consumer.poll(timeout_ms=500, max_records=max_records)
+        chunk = [rec for rec in records if rec.offset < r.end]
+        if chunk:
+            yield chunk
+        new = (records[-1].offset + 1 if records and records[-1].offset + 1 >= r.end
+               else consumer.position(tp))
+        if new > position:
+            position, stalled_since = new, time.monotonic()
+        elif time.monotonic() - stalled_since > STALL_SECONDS:
+            raise TimeoutError(f"reading {r.topic}-{r.partition} made no progress at offset "
+                               f"{position} for {STALL_SECONDS:.0f}s (range ends at {r.end})")
 
 
 class BatchReader(DataSourceReader):  # type: ignore[misc]

@@ -18,6 +18,10 @@ Spark creates this writer anew for each micro-batch (on the driver, then pickled
 and again for each commit, so the newest decision is read every time and is never stale. Its
 constructor, on the driver, checks that the broker can serve the chosen way of committing
 (exactly.spark.capabilities), so a query the broker cannot serve fails before any task runs.
+The driver's side of it all goes through the query's QueryCoordinator (exactly.spark.coordinator),
+which keeps the clients, the decisions reader and the checks' results in the Python worker from
+one micro-batch to the next: a batch in steady state makes no client on the driver but the
+sessions that complete its participants (`bootstraps=N` on event=spark_batch_committed).
 
 Option transactionResume chooses how a transaction is held open and taken over:
 
@@ -67,10 +71,9 @@ a replayed batch is written again.
 from __future__ import annotations
 
 import logging
-import re
+import os
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -78,37 +81,23 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from exactly import failpoints
-from exactly.client import (
-    Admin,
-    AdminError,
-    PreparedTxnState,
-    Producer,
-    State,
-    TransactionError,
-    TransactionSession,
+from exactly.client import PreparedTxnState
+from exactly.spark.clients import PROCESS
+from exactly.spark.coordinator import (
+    RESUME_TIMEOUT_MS,
+    BatchOutputLost,
+    Finisher,
+    QueryCoordinator,
+    query_pattern,
+    unfinished,
 )
-from exactly.client.admin import TransactionDescription
-from exactly.protocol.errors import ErrorCode
-from exactly.spark.capabilities import check_keep_prepared, check_producer_id
-from exactly.spark.decisions import Decision, ensure_topic, latest_decision, record_decision
 from exactly.spark.options import EXACTLY_ONCE, PRODUCER_ID, WriteOptions
 from exactly.spark.sink import send_rows
 
-__all__ = ["BatchOutputLost", "StreamWriter", "TaskCommit", "open_transactions"]
+__all__ = ["RESUME_TIMEOUT_MS", "BatchOutputLost", "StreamWriter",
+           "TaskCommit", "open_transactions"]
 
 log = logging.getLogger(__name__)
-
-# states in which a transactional id holds no open transaction (ListTransactions names them)
-FINISHED_STATES = frozenset({"Empty", "CompleteCommit", "CompleteAbort", "Dead"})
-# producer-id mode's default transaction.timeout.ms: Kafka's default transaction.max.timeout.ms
-RESUME_TIMEOUT_MS = 900_000
-
-
-class BatchOutputLost(RuntimeError):
-    """A decided transaction was aborted by the broker before the driver committed it."""
-
-
-COMPLETION_THREADS = 8  # participants the driver completes at a time
 
 
 @dataclass
@@ -124,95 +113,39 @@ class TaskCommit(WriterCommitMessage):  # type: ignore[misc]
 
 def open_transactions(client: dict[str, str], prefix: str) -> list[str]:
     """Transactional ids of the query (`<prefix>-<n>`) whose transaction is not finished."""
-    pattern = re.compile(re.escape(prefix) + r"-\d+")
-    with Admin(client) as admin:
-        listed = admin.list_transactions()
-    return sorted(t.transactional_id for t in listed
-                  if pattern.fullmatch(t.transactional_id) and t.state not in FINISHED_STATES)
+    with PROCESS.admin(client) as admin:
+        return unfinished(admin.list_transactions(), query_pattern(prefix))
 
 
 class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+    """Made on the driver for each micro-batch and pickled to its tasks, and made again on the
+    driver for its commit() (see the module doc). The driver's work goes through the query's
+    QueryCoordinator in the process (exactly.spark.coordinator), never pickled: the writer
+    holds only options and the newest decision."""
+
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
         self.exactly_once = options.delivery == EXACTLY_ONCE
         self.prefix = options.prefix if self.exactly_once else ""
         self.by_producer_id = options.transaction_resume == PRODUCER_ID
         self.timeout_ms = int(options.client.get("transaction.timeout.ms", RESUME_TIMEOUT_MS))
-        if self.exactly_once and self.by_producer_id:
-            check_producer_id(options.client, self.prefix, self.timeout_ms)
-        elif self.exactly_once:
-            check_keep_prepared(options.client, self.prefix)
-        self.decision = (latest_decision(options.client, options.decisions_topic, self.prefix)
-                         if self.exactly_once else None)
+        self.decision = None
+        if self.exactly_once:
+            coordinator = self._coordinator()
+            made = coordinator.clients.bootstraps
+            coordinator.check()
+            self.decision = coordinator.latest()
+            log.debug("event=spark_writer_created prefix=%s pid=%d bootstraps=%d", self.prefix,
+                      os.getpid(), coordinator.clients.bootstraps - made)
 
-    def _session_config(self, transactional_id: str) -> dict[str, str]:
-        if self.by_producer_id:
-            return {**self.options.client, "transactional.id": transactional_id,
-                    "transaction.timeout.ms": str(self.timeout_ms)}
-        return {**self.options.client, "transactional.id": transactional_id,
-                "transaction.two.phase.commit.enable": "true"}
+    def _coordinator(self) -> QueryCoordinator:
+        """The query's coordinator in this process: on the driver only."""
+        return QueryCoordinator.of(self.options.client, self.prefix,
+                                   self.options.decisions_topic, self.options.transaction_resume)
 
-    def _initialize(self, session: TransactionSession) -> None:
-        """InitProducerId, fencing earlier sessions of the id, and the leftover under it
-        finished: kept and completed by the newest decision (keep-prepared), or aborted by the
-        broker (producer-id: a decided one was committed before, by _commit_decided)."""
-        if self.by_producer_id:
-            session.initialize()
-            return
-        session.initialize(keep_prepared_txn=True)
-        if session.state is not State.PREPARED:
-            return
-        decided = (self.decision.participants.get(session.transactional_id, "")
-                   if self.decision else "")
-        log.info("event=spark_leftover transactional_id=%s prepared=%s decided=%s",
-                 session.transactional_id, session.prepared_state, decided or "-")
-        session.complete_transaction(PreparedTxnState(decided))
-
-    # -- producer-id mode: commit by resuming -------------------------------------------------
-
-    def _commit_decided(self, txn_id: str) -> None:
-        """Commit txn_id's transaction if the newest decision names it and it is still open;
-        report it if the broker aborted it. Runs before anything sends InitProducerId on txn_id."""
-        if self.decision is None or not self.decision.participants.get(txn_id):
-            return
-        state = PreparedTxnState(self.decision.participants[txn_id])
-        found = self._describe(txn_id)
-        if found is None:
-            return
-        if found.state == "Ongoing" and (found.producer_id, found.producer_epoch) == (
-                state.producer_id, state.epoch):
-            log.info("event=spark_leftover transactional_id=%s decided=%s batch=%d action=commit",
-                     txn_id, state, self.decision.batch)
-            self._resume_commit(txn_id, state, self.decision.batch)
-        elif _aborted(found, state):
-            _report_lost(txn_id, state, self.decision.batch, found.state)
-
-    def _describe(self, txn_id: str) -> TransactionDescription | None:
-        """The coordinator's entry for txn_id; None if it has none (expired)."""
-        try:
-            with Admin(self.options.client) as admin:
-                return admin.describe_transactions([txn_id]).get(txn_id)
-        except AdminError as exc:
-            if exc.code == ErrorCode.transactional_id_not_found:
-                return None
-            raise
-
-    def _resume_commit(self, txn_id: str, state: PreparedTxnState, batch: int) -> bool:
-        """Commit the transaction of `state` by its producer id and epoch (EndTxn, no
-        InitProducerId). False, with the loss reported, if the broker had aborted it."""
-        try:
-            with TransactionSession.resume(txn_id, state.producer_id, state.epoch,
-                                           self._session_config(txn_id)) as session:
-                session.commit_transaction()
-            return True
-        except TransactionError as exc:
-            found = self._describe(txn_id)
-            if found is not None and _committed(found, state):
-                return True  # committed meanwhile by another hand (a retried commit)
-            if found is None or not _aborted(found, state):
-                raise
-            _report_lost(txn_id, state, batch, found.state, cause=str(exc))
-            return False
+    def _finisher(self) -> Finisher:
+        """What a task finishes a transaction with: clients of its own, per call."""
+        return Finisher(self.options.client, self.prefix, self.options.transaction_resume)
 
     # -- on the executors -----------------------------------------------------------------------
 
@@ -229,22 +162,23 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 failpoints.hit("spark.task.write", count=batch)
 
         if not self.exactly_once:
-            with Producer(self.options.client) as producer:
+            with PROCESS.producer(self.options.client) as producer:
                 return TaskCommit(partition, send_rows(producer, iterator, self.options.topic,
                                                        midway))
         txn_id = f"{self.prefix}-{partition}"
+        finisher = self._finisher()
         started = time.perf_counter()
         if self.by_producer_id:
-            self._commit_decided(txn_id)  # before initialize(), which would abort it
-        with TransactionSession(self._session_config(txn_id)) as session:
-            self._initialize(session)  # fences earlier attempts of this task
+            finisher.commit_decided(txn_id, self.decision)  # before initialize(): it would abort
+        with PROCESS.session(finisher.session_config(txn_id)) as session:
+            finisher.initialize(session, self.decision)  # fences earlier attempts of this task
             init_ms = (time.perf_counter() - started) * 1000
             if self.decision is not None and self.decision.covers(query_id, batch):
                 for _ in iterator:  # replay of a decided batch: its output is already there
                     pass
                 return TaskCommit(partition, 0, txn_id, replayed=True, query_id=query_id)
             session.begin_transaction()
-            with Producer(self.options.client, session=session) as producer:
+            with PROCESS.producer(self.options.client, session=session) as producer:
                 count = send_rows(producer, iterator, self.options.topic, midway)
             if count == 0:
                 return TaskCommit(partition, 0, txn_id, query_id=query_id)
@@ -259,16 +193,6 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
     # -- on the driver --------------------------------------------------------------------------
 
-    def _finish_others(self, keep: set[str]) -> None:
-        """Finish the query's open transactions other than `keep` by the newest decision."""
-        for txn_id in open_transactions(self.options.client, self.prefix):
-            if txn_id in keep:
-                continue
-            if self.by_producer_id:
-                self._commit_decided(txn_id)
-            with TransactionSession(self._session_config(txn_id)) as session:
-                self._initialize(session)
-
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         done = [m for m in messages if isinstance(m, TaskCommit)]
         records = sum(m.records for m in done)
@@ -276,81 +200,29 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         if not self.exactly_once:
             log.info("event=spark_batch_written batch=%d records=%d", batchId, records)
             return
+        coordinator = self._coordinator()
         query_id = next((m.query_id for m in done), "")
         if self.decision is not None and self.decision.covers(query_id, batchId):
             log.info("event=spark_batch_replayed batch=%d decided=%d", batchId,
                      self.decision.batch)
-            self._finish_others(keep=set())
+            coordinator.leftovers(decision=self.decision)
             return
         participants = {m.transactional_id: m.state for m in done if m.state}
         started = time.perf_counter()
-        self._finish_others(keep=set(participants))
-        ensure_topic(self.options.client, self.options.decisions_topic)
-        record_decision(self.options.client, self.options.decisions_topic,
-                        Decision(self.prefix, batchId, participants, query_id))
+        coordinator.leftovers(keep=set(participants), decision=self.decision)
+        coordinator.decide(batchId, participants, query_id)
         decided = time.perf_counter()
-        failpoints.hit("spark.driver.after_decision", count=batchId)
-
-        def complete(item: tuple[str, str]) -> bool:
-            committed = self._resume_commit(item[0], PreparedTxnState(item[1]), batchId)
-            failpoints.hit("spark.driver.mid_complete", count=batchId)
-            return committed
-
-        # The first participant alone, then the others side by side, a few at a time (they are
-        # independent), so that a batch of many partitions does not wait for one round trip
-        # after the other; the fault point after the first then finds the others still open.
-        items = sorted(participants.items())
-        with ThreadPoolExecutor(max_workers=COMPLETION_THREADS) as pool:
-            done_first = [complete(item) for item in items[:1]]
-            results = done_first + list(pool.map(complete, items[1:]))
-        lost = [txn_id for (txn_id, _), committed in zip(items, results, strict=True)
-                if not committed]
-        if lost:
-            raise BatchOutputLost(
-                f"batch {batchId}: the broker aborted the transactions of {', '.join(lost)} "
-                "before the driver could commit them (most likely transaction.timeout.ms, "
-                f"{self.timeout_ms} ms, passed since their first write): their rows of this "
-                "batch are lost (any other participant of it committed). A restart goes on after this "
-                "batch. "
-                "Raise option kafka.transaction.timeout.ms (up to the broker's "
-                "transaction.max.timeout.ms), or use a broker with KIP-939 and "
-                "transactionResume=keep-prepared, which cannot lose a batch")
+        coordinator.complete(batchId, participants)  # BatchOutputLost if the broker aborted any
         # what 2PC adds to the batch: the tasks' initialize() and prepare (summed; they run in
-        # parallel), the decision (with the look for leftovers) and the completion
+        # parallel), the decision (with the look for leftovers) and the completion; and the
+        # clients the driver's side made in this process for the batch (resumes excepted)
         log.info("event=spark_batch_committed batch=%d records=%d participants=%d "
-                 "prepare_ms=%.1f decision_ms=%.1f complete_ms=%.1f", batchId, records,
-                 len(participants), sum(m.twopc_ms for m in done), (decided - started) * 1000,
-                 (time.perf_counter() - decided) * 1000)
+                 "prepare_ms=%.1f decision_ms=%.1f complete_ms=%.1f bootstraps=%d", batchId,
+                 records, len(participants), sum(m.twopc_ms for m in done),
+                 (decided - started) * 1000, (time.perf_counter() - decided) * 1000,
+                 coordinator.batch_bootstraps())
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.exactly_once:
             log.warning("event=spark_batch_aborted batch=%d", batchId)
-            self._finish_others(keep=set())
-
-
-def _committed(found: TransactionDescription, state: PreparedTxnState) -> bool:
-    """The coordinator shows the transaction of `state` committing or committed (version 2
-    bumps the epoch on the commit)."""
-    return (found.state in ("PrepareCommit", "CompleteCommit")
-            and found.producer_id == state.producer_id
-            and found.producer_epoch in (state.epoch, state.epoch + 1))
-
-
-def _aborted(found: TransactionDescription, state: PreparedTxnState) -> bool:
-    """The coordinator shows the transaction of `state` aborted (the abort at the timeout bumps
-    the epoch once). A later transaction under the id runs at a higher epoch and, in
-    producer-id mode, is only ever aborted with a bump (InitProducerId or the timeout), so it
-    cannot show up here."""
-    return (found.state in ("PrepareAbort", "CompleteAbort")
-            and found.producer_id == state.producer_id
-            and found.producer_epoch in (state.epoch, state.epoch + 1))
-
-
-def _report_lost(txn_id: str, state: PreparedTxnState, batch: int, found: str,
-                 cause: str = "") -> None:
-    log.error("event=spark_batch_output_lost transactional_id=%s producer_id=%d epoch=%d batch=%d "
-              "coordinator_state=%s cause=%r note=%r", txn_id, state.producer_id, state.epoch,
-              batch, found, cause or "found aborted by the restarted query",
-              "a decided transaction was aborted by the broker before its commit, most likely "
-              "because transaction.timeout.ms passed (transactionResume=producer-id): its rows "
-              "of this batch are lost")
+            self._coordinator().leftovers(decision=self.decision)

@@ -33,8 +33,8 @@ from exactly.client.admin import (
     TransactionDescription,
 )
 from exactly.client.errors import KafkaConnectionError, KafkaError
+from exactly.client.types import NO_TIMEOUT_MS, TransactionState
 from exactly.protocol.structs import TopicPartition
-from exactly.txn.state import NO_TIMEOUT, TxnState
 
 READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 
@@ -164,17 +164,17 @@ class TxnView:
 
     @property
     def two_pc(self) -> bool:
-        return self.timeout_ms == NO_TIMEOUT
+        return self.timeout_ms == NO_TIMEOUT_MS
 
     @property
     def open(self) -> bool:
-        state = TxnState.from_display_name(self.state)
+        state = TransactionState.parse(self.state)
         return state is not None and state.is_open
 
     @property
     def in_doubt(self) -> bool:
         """A 2PC transaction waiting for its coordinator's decision (module docstring)."""
-        return self.two_pc and self.state == TxnState.ONGOING.display_name
+        return self.two_pc and self.state == TransactionState.ONGOING
 
     @property
     def held_back(self) -> int | None:
