@@ -7,7 +7,9 @@ the output is exactly the transformed input and that the group's committed offse
 directory and log and the workers' logs kept for every failing seed
 (EXACTLY_KEEP_BROKER_DATA=1; the paths are in the report, which is saved too). With
 `--debug cgrp,fetch,eos` the workers log those librdkafka contexts and each transaction's input
-offsets (tests/workers/eos_worker.py).
+offsets (tests/workers/eos_worker.py). With `--unguarded` the workers do not leave out records
+below the group's committed offsets, which librdkafka can hand out after a reassignment (see
+docs/reliability.md).
 
     .venv/bin/python bench/eos_chaos.py --seeds 1-50 --json eos_chaos.json
 """
@@ -37,10 +39,13 @@ def seeds(text: str) -> list[int]:
     return out
 
 
-def run(seed: int, reports: Path, timeout: float, debug: str | None) -> dict[str, object]:
+def run(seed: int, reports: Path, timeout: float, debug: str | None,
+        unguarded: bool) -> dict[str, object]:
     env = {**os.environ, "EXACTLY_CHAOS_SEED": str(seed), "EXACTLY_KEEP_BROKER_DATA": "1"}
     if debug:
         env["EXACTLY_WORKER_DEBUG"] = debug
+    if unguarded:
+        env["EXACTLY_WORKER_UNGUARDED"] = "1"
     basetemp = reports.resolve() / f"tmp-seed-{seed}"  # the workers' logs: kept if it fails
     started = time.monotonic()
     try:
@@ -77,11 +82,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per seed")
     parser.add_argument("--debug", help="librdkafka debug contexts for the workers, e.g. "
                         "cgrp,fetch,eos")
+    parser.add_argument("--unguarded", action="store_true",
+                        help="workers process records below the group's committed offsets too "
+                        "(librdkafka's stale records after a reassignment then duplicate output)")
     args = parser.parse_args()
     args.reports.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in seeds(args.seeds):
-        result = run(seed, args.reports, args.timeout, args.debug)
+        result = run(seed, args.reports, args.timeout, args.debug, args.unguarded)
         results.append(result)
         print(f"seed {seed}: {'ok' if result['status'] == 0 else 'FAILED'} "
               f"in {result['seconds']} s" + (f" -- {result['error']}" if result.get("error")

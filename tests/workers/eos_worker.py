@@ -36,6 +36,7 @@ def main() -> None:
     bootstrap, group, txn_id, in_topic, out_topic = sys.argv[1:6]
     max_batch = int(sys.argv[6]) if len(sys.argv) > 6 else 50
     debug = os.environ.get("EXACTLY_WORKER_DEBUG")
+    unguarded = os.environ.get("EXACTLY_WORKER_UNGUARDED") == "1"
     extra = {"debug": debug} if debug else {}
     consumer = Consumer({**extra,
         "bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
@@ -54,10 +55,30 @@ def main() -> None:
         msgs = [m for m in consumer.consume(max_batch, 0.5) if m.error() is None]
         if not msgs:
             continue
+        # The group's committed offsets, to leave out what was processed already: librdkafka
+        # can hand out records of a partition fetched before it was revoked once the partition
+        # is assigned again, from below the committed offset (see docs/reliability.md, "A
+        # duplicated output"). Processing them again would write their output twice and move the
+        # committed offset back. EXACTLY_WORKER_UNGUARDED=1 turns this off (bench/eos_chaos.py
+        # --unguarded), to show the library's behaviour.
+        assigned = consumer.assignment()
+        committed = ({} if unguarded else
+                     {(tp.topic, tp.partition): tp.offset
+                      for tp in consumer.committed(assigned, timeout=TIMEOUT_S)})
+        fresh = [m for m in msgs if m.offset() >= committed.get((m.topic(), m.partition()), 0)]
+        if len(fresh) < len(msgs):
+            stale = sorted({(m.partition(), m.offset()) for m in msgs} -
+                           {(m.partition(), m.offset()) for m in fresh})
+            print(f"left out {len(stale)} records below the committed offsets "
+                  f"(first {stale[0]}, last {stale[-1]})", flush=True)
+        if not fresh:
+            continue
+        msgs = fresh
         producer.begin_transaction()
         for m in msgs:
             producer.produce(out_topic, key=m.key(), value=transform(m.value()))
-        positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+        positions = [tp for tp in consumer.position(assigned)
+                     if tp.offset >= max(0, committed.get((tp.topic, tp.partition), 0))]
         if debug:
             read: dict[int, list[int]] = {}
             for m in msgs:
