@@ -228,7 +228,7 @@ class LoopThread:
 
 
 class _Call:
-    """One blocking call's trip to the loop and back (issue 19), leaner than
+    """One blocking call's trip to the loop and back, leaner than
     asyncio.run_coroutine_threadsafe: one callback woken on the loop creates the task, and the
     task itself releases a lock when its coroutine ends. No concurrent.futures.Future chained
     to an asyncio one (their done callbacks, a Condition taken by both threads), no extra loop

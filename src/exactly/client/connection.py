@@ -3,12 +3,12 @@ matched to their requests by correlation id.
 
 Responses are read by an asyncio BufferedProtocol: each complete frame is decoded and handed to
 its waiter in the loop turn its bytes arrive, with no reader task in between (a task would add a
-loop turn and a stream reader's work to every response: issue 19, a 1-record transaction has
+loop turn and a stream reader's work to every response: a 1-record transaction has
 two or three responses on its critical path).
 
 The transport reads into a buffer the connection keeps (RECEIVE_BUFFER), not into a fresh bytes
 object per read: the standard loop's reads ask for 256 KiB, which glibc may serve with mmap, and
-then every answer cost an mmap, an mremap and a munmap (issue 19). A frame too large for that
+then every answer cost an mmap, an mremap and a munmap. A frame too large for that
 buffer (a Fetch answer of megabytes) is read straight into a buffer of its own size, kept for
 the next one up to LARGE_KEPT. A frame is decoded from a view of the buffer: the decoders copy
 what the response keeps (kio makes bytes of records and strings), so nothing refers to the buffer
@@ -240,7 +240,7 @@ class BrokerConnection:
             future: asyncio.Future[Any] = loop.create_future()
             # The connection's one timer fails the waiters whose deadline passed, rather than
             # asyncio.wait_for (an extra future and callbacks) or a timer per request (made
-            # and cancelled: 3-5 us each, two or three per 1-record transaction; issue 19).
+            # and cancelled: 3-5 us each, two or three per 1-record transaction).
             deadline = loop.time() + (timeout if timeout is not None else self.request_timeout)
             self._waiting[correlation_id] = (api_key, version, future, deadline)
             if deadline < self._deadline_at:

@@ -143,7 +143,7 @@ class AsyncProducer:
         try:
             if timeout is None and await self._sender.send_now():
                 if all(b.done for b in pending):
-                    return  # sent and answered right here (issue 19)
+                    return  # sent and answered right here
             else:
                 self._wake()
             await self._all_done(pending, timeout)
@@ -154,7 +154,7 @@ class AsyncProducer:
     async def _all_done(batches: list[ProducerBatch], timeout: float | None) -> None:
         """Wait until every batch is done (or `timeout` passes): one future for the lot, set
         by the last batch's completion itself, not a callback per batch through the loop as
-        asyncio.wait adds (issue 19)."""
+        asyncio.wait adds."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         left = len(batches)
 
@@ -333,13 +333,13 @@ class AsyncProducer:
     def _wake_at(self, due: float) -> None:
         """A new batch lingers until `due` (time.monotonic()): the sender need not look before
         (callable from any thread). No trip to the loop at all when the sender is due to look
-        by then anyway (issue 19: the blocking send() of a transaction after the first).
+        by then anyway (the blocking send() of a transaction after the first).
 
         With transaction version 1 the asyncio producer's sender looks now: it adds the
         partition to the transaction (AddPartitionsToTxn) while the caller goes on to commit.
         The blocking send() does not wake the loop thread for it: the commit's flush sends it
         (Sender.send_now) in the same trip to the loop, or the linger timer's step does; a
-        1-record transaction then crosses to the loop thread once, not twice (issue 19)."""
+        1-record transaction then crosses to the loop thread once, not twice."""
         loop = self._loop
         on_loop = threading.get_ident() == self._loop_thread
         session = self._session

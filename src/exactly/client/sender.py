@@ -1,7 +1,7 @@
 """The producer's sender: ships ready batches to partition leaders, in sequence order, and
 handles the answers (retries, duplicates, fencing); one task on the event loop.
 
-A 1-record transaction costs what the protocol needs and no more (issue 19): with transaction
+A 1-record transaction costs what the protocol needs and no more: with transaction
 version 1 the AddPartitionsToTxn of a partition leaves as soon as its first batch exists, not
 when the batch is ready (see `_join_transaction`). A flush (the commit's) sends the ready
 batches itself and waits for the answer in its own coroutine (`send_now`), rather than waking
@@ -114,7 +114,7 @@ class Sender(BatchOutcomes):
     def wake_at(self, when: float) -> None:
         """Have the sender look at the queues at `when` (time.monotonic()), unless it is due
         to look by then already; on the loop. A new batch that lingers sets this alone: the
-        sender does not run a step just to learn when the batch is due (issue 19).
+        sender does not run a step just to learn when the batch is due.
 
         An earlier timer does not replace a later one: the latest is kept beside it (any
         between is dropped), so that once the earlier one (a step's, sooner than linger.ms)
@@ -131,7 +131,7 @@ class Sender(BatchOutcomes):
     def looks_by(self, when: float) -> bool:
         """Whether the sender will look at the queues by `when` anyway (a timer is set): a
         batch appended before this call, due then, needs no wake-up. From any thread: the
-        blocking Producer's send() then makes no trip to the loop (issue 19)."""
+        blocking Producer's send() then makes no trip to the loop."""
         timers = self.timers
         return bool(timers) and timers[0][0] <= when
 
@@ -140,8 +140,7 @@ class Sender(BatchOutcomes):
         sending them (a commit's: nothing to do here). The timer is then set again for
         linger.ms from now if a batch was started within the last linger.ms: the send()s of
         the next transactions find it (`looks_by`) and make no trip to the loop, and while
-        transactions go on the loop thread wakes once per linger.ms for it, without a step
-        (issue 19)."""
+        transactions go on the loop thread wakes once per linger.ms for it, without a step."""
         self.timers = tuple(timer for timer in self.timers if timer[0] != when)
         acc = self.accumulator
         with acc.lock:  # a send() from another thread appends and reads `timers` holding it
@@ -157,7 +156,7 @@ class Sender(BatchOutcomes):
         request or a wait first (the identity is known, the leaders' connections are open, no
         partition waits for AddPartitionsToTxn), the ready batches are sent at once, the last
         request awaited right here, without the sender task (a 1-record transaction's Produce
-        leaves a loop turn earlier and its answer is handled a turn earlier, issue 19). False
+        leaves a loop turn earlier and its answer is handled a turn earlier). False
         when it cannot: the caller wakes the sender task.
 
         With transaction version 1 the partitions must be in the transaction first: this

@@ -1,4 +1,4 @@
-"""TransactionSession (seed 004): a transaction's identity (transactional id, producer id, epoch)
+"""TransactionSession: a transaction's identity (transactional id, producer id, epoch)
 and lifecycle as a client object of its own, talking to the transaction coordinator only.
 
 Producers bind to a session and write under its identity; the session begins, prepares
@@ -8,7 +8,7 @@ prepared, from its producer id and epoch, without InitProducerId (which would ab
 `AsyncTransactionSession` (session_core.py) is the asyncio core; `TransactionSession`, here, the
 blocking facade with the same methods, each run on the client's loop thread, except
 begin_transaction when heartbeats are off: it sends nothing, so it runs in the caller's thread
-(issue 19: one thread crossing fewer per transaction).
+(one thread crossing fewer per transaction).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""AsyncTransactionSession, the asyncio core of TransactionSession (session.py, seed 004): a
+"""AsyncTransactionSession, the asyncio core of TransactionSession (session.py): a
 transaction's identity and lifecycle, its state machine (session_state.py) driven by the answers
 of the transaction coordinator.
 
@@ -253,7 +253,7 @@ class AsyncTransactionSession:
 
     def joined(self, partitions: Iterable[tuple[str, int]]) -> bool:
         """ensure_partitions when it needs no request, without a coroutine (the producer's
-        flush sends at once then, issue 19): True if the partitions are in the open transaction
+        flush sends at once then): True if the partitions are in the open transaction
         already, or it uses version 2 (the Produce adds them; they are recorded here). False
         when ensure_partitions must run: AddPartitionsToTxn to send, the version not known yet,
         another call under way, or no transaction open (it then raises the error)."""
@@ -315,7 +315,7 @@ class AsyncTransactionSession:
 
     async def add_share_acks_to_transaction(self, group_id: str,
                                             acknowledgments: ShareAcknowledgements) -> None:
-        """KIP-1289 (a draft; seed 004 §2.1): a share consumer's acknowledgements join the open
+        """KIP-1289 (a draft): a share consumer's acknowledgements join the open
         transaction: applied if it commits, the records released for redelivery if it aborts.
 
         AddOffsetsToTxn with the group's id first (once per group and transaction: how the

@@ -1,4 +1,4 @@
-"""The TransactionSession's states and transitions (seed 004 §3.2, mapped from Kafka's
+"""The TransactionSession's states and transitions (mapped from Kafka's
 TransactionManager), and what each coordinator error code means for the session. Sans-IO:
 plain method calls, no sockets, no asyncio.
 
@@ -167,7 +167,7 @@ SESSION_PER_INTERVAL = 3  # KIP-1309: the coordinator aborts after 3 x the inter
 
 def heartbeat_timing(interval: int, session: int) -> tuple[int, int]:
     """(heartbeat interval, session timeout) in ms from `transaction.heartbeat.interval.ms` (the
-    KIP's, 0: not set) and `transaction.session.timeout.ms` (seed 004's, -1: off); (0, -1) when
+    KIP's, 0: not set) and `transaction.session.timeout.ms` (-1: off); (0, -1) when
     heartbeats are off. Either one alone sets the other (session = 3 x interval); both together
     must have the interval below the session timeout, as Kafka's consumer asks of its own pair."""
     if session == 0 or session < NO_SESSION:

@@ -233,7 +233,7 @@ class AsyncShareConsumer:
     async def acknowledge_transactionally(self, session: _Session,
                                           acknowledgments: Mapping[tuple[str, int], Iterable[int]],
                                           type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
-        """KIP-1289 (seed 004 §2.4): accept (or reject) records of the last poll in the
+        """KIP-1289: accept (or reject) records of the last poll in the
         session's open transaction; they are settled when it ends, not by this consumer."""
         self._check_open()
         kind = AcknowledgeType(type)
