@@ -17,8 +17,6 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
-
 from exactly.cli.console import STDIN_CHUNK, stdin_lines
 
 CHILD = """
@@ -60,7 +58,6 @@ def test_lines_across_reads_and_a_last_line_without_newline() -> None:
     assert _lines_of(b"only\n") == [b"only\n"]
 
 
-@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
 def test_ctrl_c_handled_outside_the_read_still_ends_it() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     child = subprocess.Popen(
