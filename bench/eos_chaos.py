@@ -59,6 +59,10 @@ def run(seed: int, reports: Path, timeout: float, debug: str | None,
     seconds = time.monotonic() - started
     data = re.search(r"broker data in (\S+)", str(output))
     result: dict[str, object] = {"seed": seed, "status": status, "seconds": round(seconds, 1)}
+    # Records the workers left out as below the group's committed offsets (librdkafka's stale
+    # records after a reassignment; tests/workers/eos_worker.py): how often the guard acted.
+    result["left_out"] = sum(log.read_text(errors="replace").count("left out ")
+                             for log in basetemp.glob("**/worker-*.log"))
     if status == 0:  # a passing seed's broker directory and worker logs are not needed
         if data:
             subprocess.run(["rm", "-rf", str(Path(data.group(1)).parent)], check=False)
@@ -91,10 +95,10 @@ def main() -> None:
     for seed in seeds(args.seeds):
         result = run(seed, args.reports, args.timeout, args.debug, args.unguarded)
         results.append(result)
-        print(f"seed {seed}: {'ok' if result['status'] == 0 else 'FAILED'} "
-              f"in {result['seconds']} s" + (f" -- {result['error']}" if result.get("error")
-                                              else "") + (f" (kept {result['kept']})"
-                                                          if result.get("kept") else ""),
+        error = f" -- {result['error']}" if result.get("error") else ""
+        kept = f" (kept {result['kept']})" if result.get("kept") else ""
+        print(f"seed {seed}: {'ok' if result['status'] == 0 else 'FAILED'} in "
+              f"{result['seconds']} s, {result['left_out']} stale batches left out{error}{kept}",
               flush=True)
     failed = [r for r in results if r["status"] != 0]
     print(f"{len(results)} seeds, {len(results) - len(failed)} passed, {len(failed)} failed")
