@@ -5,6 +5,7 @@ pipeline that has not caught up is told apart from records lost, duplicated or w
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,9 +45,9 @@ def test_the_connector_does_not_import_the_demo() -> None:
     assert proc.stdout.strip() == "[]"
 
 
-def run_demo(*args: str) -> str:
+def run_demo(*args: str, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run([str(EXACTLY), "demo", *args], capture_output=True, text=True,
-                          timeout=900, check=False)
+                          timeout=900, check=False, env=env)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
     assert "open transactions of the queries: 0" in out
@@ -60,8 +61,26 @@ def run_demo(*args: str) -> str:
     return out
 
 
-def test_demo_survives_a_driver_kill_and_verifies() -> None:
-    out = run_demo("--seconds", "15", "--rate", "100", "--crashes", "1", "--seed", "7")
+def test_demo_survives_a_slow_python_worker_and_a_driver_kill_and_verifies(
+        tmp_path: Path) -> None:
+    """The Python that Spark starts for a streaming query's data source is held back 15 s the
+    first time, past Spark's fixed 10 s wait for it to connect back (as on a loaded machine): the
+    query ends with "Python worker failed to connect back", the demo's driver starts it again on
+    its checkpoint, and the run verifies; then a kill -9 of the driver."""
+    held = tmp_path / "held-once"
+    python = tmp_path / "python"
+    python.write_text(f"""#!/bin/sh
+case "$*" in *python_streaming_source_runner*)
+    if mkdir {held} 2>/dev/null; then sleep 15; fi;;
+esac
+exec {sys.executable} "$@"
+""")
+    python.chmod(0o755)
+    env = {**os.environ, "PYSPARK_PYTHON": str(python)}
+    out = run_demo("--seconds", "15", "--rate", "100", "--crashes", "1", "--seed", "7", env=env)
+    assert held.is_dir(), "the streaming source's Python worker was never started"
+    assert "query ended: Python worker failed to connect back" in out, out[-4000:]
+    assert "started again on its checkpoint, 1 of at most 3 times" in out, out[-4000:]
     assert "driver kills: 1" in out
 
 

@@ -161,6 +161,8 @@ class Driver:
                 self.progress[msg["query"]] = msg
             elif "error" in msg:
                 self.errors.put(msg["error"])
+            elif "restarted" in msg:
+                say(f"the {msg['query']} query ended: {msg['restarted']}")
 
     def kill(self) -> None:
         failpoints.kill_session(self.proc.pid)
@@ -367,7 +369,7 @@ def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
                       spark_args, work / f"driver-{runs}.log")
 
     driver = new_driver()
-    last, kill_at = time.monotonic(), None
+    last, kill_at, fed_at = time.monotonic(), None, None
     batches, batch_ms = 0, 0
 
     def status() -> str:
@@ -400,6 +402,14 @@ def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
             last = time.monotonic()
             say(status())
         if driver.proc.poll() is not None:
+            break
+        if feeder.is_alive() or driver.batches["orders"] or killer.worker_down:
+            fed_at = None
+        elif fed_at is None:
+            fed_at = time.monotonic()
+        elif time.monotonic() - fed_at > args.catch_up_seconds:
+            say(f"no batch of this driver run in the {args.catch_up_seconds:g} s since the "
+                f"feeding ended: the kills left ({args.crashes - killer.total}) are not made")
             break
     feeder.join()
     target = input_end(bootstrap)

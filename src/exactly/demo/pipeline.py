@@ -18,7 +18,8 @@ With --ship the `exactly` package is shipped to the executors with the job (exac
 for executors whose Python does not have it installed.
 
 It prints one JSON line per finished micro-batch and stops both queries, between batches,
-when "stop" arrives on stdin.
+when "stop" arrives on stdin. A query that ends because Spark's Python worker did not connect
+back in time is started again on its checkpoint, up to MAX_RESTARTS times (see CONNECT_BACK).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 IN_TOPIC = "orders"
@@ -42,10 +44,18 @@ REGIONS = {f"c{i:02d}": ("north", "south", "east", "west")[i % 4] for i in range
 
 ORDER_SCHEMA = "order_id string, customer string, amount double, ts long"
 
+# Spark starts a query's Python data source worker and waits a fixed 10 s for it to connect back
+# (PythonWorkerFactory.createSimpleWorker, not configurable). On a loaded machine the start of a
+# Python that imports pyspark, pyarrow and the connector can take longer; the query then ends
+# with this error before it ran a batch. The driver starts it again on its checkpoint, as a
+# supervisor would, a few times.
+CONNECT_BACK = "Python worker failed to connect back"
+MAX_RESTARTS = 3
+
 
 def build(spark: Any, bootstrap: str, checkpoint_dir: str, delivery: str,
-          trigger_seconds: float, max_offsets: int | None) -> list[Any]:
-    """Start the two queries; return them."""
+          trigger_seconds: float, max_offsets: int | None) -> dict[str, Callable[[], Any]]:
+    """The two queries, each as a function that starts it (again, on its checkpoint)."""
     from pyspark.sql import functions as F
 
     reader = (spark.readStream.format("exactly").option("kafka.bootstrap.servers", bootstrap)
@@ -77,7 +87,6 @@ def build(spark: Any, bootstrap: str, checkpoint_dir: str, delivery: str,
                 .option("checkpointLocation", os.path.join(checkpoint_dir, name))
                 .trigger(processingTime=f"{trigger_seconds} seconds"))
 
-    orders = sink(enriched.unionByName(dead), "orders").start()
     stats = (good.withColumn("event_time", F.timestamp_millis("ts"))
              .withWatermark("event_time", f"{WINDOW_SECONDS} seconds")
              .groupBy(F.window("event_time", f"{WINDOW_SECONDS} seconds"), "region")
@@ -86,26 +95,59 @@ def build(spark: Any, bootstrap: str, checkpoint_dir: str, delivery: str,
                  (F.unix_millis(F.col("window.start"))).alias("window_start"), "region",
                  "orders", "total")).alias("value"))
              .withColumn("topic", F.lit(STATS_TOPIC)))
-    return [orders, sink(stats, "stats").outputMode("append").start()]
+    return {"orders": lambda: sink(enriched.unionByName(dead), "orders").start(),
+            "stats": lambda: sink(stats, "stats").outputMode("append").start()}
 
 
-def _report(queries: list[Any], stop: threading.Event) -> None:
-    seen: dict[str, int] = {}
-    while not stop.is_set():
-        for q in queries:
-            p = q.lastProgress
-            if p and seen.get(q.name) != p["batchId"]:
-                seen[q.name] = p["batchId"]
-                print(json.dumps({"query": q.name, "batch": p["batchId"],
-                                  "rows": p["numInputRows"],
-                                  "ms": p["durationMs"].get("triggerExecution", 0),
-                                  "end": p["sources"][0]["endOffset"] if p["sources"] else None}),
-                      flush=True)
-            if q.exception() is not None:
-                print(json.dumps({"query": q.name, "error": str(q.exception())[:2000]}),
-                      flush=True)
+class Queries:
+    """The running queries by name. `watch` reports their batches and starts a query that ended
+    with CONNECT_BACK again; it runs on the thread that registered the data source, where Spark
+    finds it (the active session is per thread)."""
+
+    def __init__(self, starters: dict[str, Callable[[], Any]]) -> None:
+        self.starters = starters
+        self.running = {name: start() for name, start in starters.items()}
+        self.restarts = dict.fromkeys(starters, 0)
+        self.seen: dict[str, int] = {}
+
+    def watch(self, stop: threading.Event) -> None:
+        """Until `stop` is set; a query failing otherwise ends the process."""
+        while not stop.wait(0.2):
+            for name, q in list(self.running.items()):
+                p = q.lastProgress
+                if p and self.seen.get(name) != p["batchId"]:
+                    self.seen[name] = p["batchId"]
+                    print(json.dumps({
+                        "query": name, "batch": p["batchId"], "rows": p["numInputRows"],
+                        "ms": p["durationMs"].get("triggerExecution", 0),
+                        "end": p["sources"][0]["endOffset"] if p["sources"] else None}),
+                        flush=True)
+                if (error := q.exception()) is None:
+                    continue
+                if CONNECT_BACK in str(error) and self.restarts[name] < MAX_RESTARTS:
+                    self.restarts[name] += 1
+                    print(json.dumps({"query": name, "restarted": (
+                        f"{CONNECT_BACK} (Spark waits a fixed 10 s for it); started again on "
+                        f"its checkpoint, {self.restarts[name]} of at most {MAX_RESTARTS} "
+                        f"times")}), flush=True)
+                    self.running[name] = self.starters[name]()
+                    continue
+                print(json.dumps({"query": name, "error": str(error)[:2000]}), flush=True)
                 os._exit(1)
-        time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop every query between batches, so that no batch is cut short."""
+        for q in self.running.values():
+            while q.status["isTriggerActive"]:
+                time.sleep(0.05)
+            q.stop()
+
+
+def _wait_for_stop(stop: threading.Event) -> None:
+    for line in sys.stdin:
+        if line.strip() == "stop":
+            break
+    stop.set()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,19 +182,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.ship:
         ship(spark)
     register(spark)
-    queries = build(spark, args.bootstrap, args.checkpoint_dir, args.delivery,
-                    args.trigger_seconds, args.max_offsets)
-    print(json.dumps({"started": [q.name for q in queries]}), flush=True)
+    queries = Queries(build(spark, args.bootstrap, args.checkpoint_dir, args.delivery,
+                            args.trigger_seconds, args.max_offsets))
+    print(json.dumps({"started": list(queries.running)}), flush=True)
     stop = threading.Event()
-    threading.Thread(target=_report, args=(queries, stop), daemon=True).start()
-    for line in sys.stdin:
-        if line.strip() == "stop":
-            break
-    for q in queries:  # between batches, so that no batch is cut short
-        while q.status["isTriggerActive"]:
-            time.sleep(0.05)
-        q.stop()
-    stop.set()
+    threading.Thread(target=_wait_for_stop, args=(stop,), daemon=True).start()
+    queries.watch(stop)
+    queries.stop()
     spark.stop()
     print(json.dumps({"stopped": True}), flush=True)
 
