@@ -3,9 +3,10 @@
 VENV ?= .venv
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 PYTEST_ARGS ?=
-# ruff checks all the Python here; mypy the package (tests/test_lint.py runs both in make test).
+# ruff checks all the Python here; mypy the package and the test rigs (tests/integration/test_lint.py
+# runs both in make test).
 RUFF_PATHS := src bench tests
-MYPY_PATHS := src/exactly
+MYPY_PATHS := src/exactly tests/rigs
 
 # The stamp's name carries a hash of pyproject.toml: a changed dependency list reinstalls,
 # an unchanged one makes `make venv` a no-op (git checkouts reset mtimes, hashes survive).
@@ -32,7 +33,7 @@ system-deps-test system-deps-demo:
 	@if [ "$(SKIP_SYSTEM_DEPS)" != 1 ]; then bash scripts/system-deps.sh $(@:system-deps-%=%); fi
 
 # Apache Kafka 4.4 from Maven Central (interop/jvm/pom.xml) into the Maven cache, and the
-# classpath exactly.testing.kafka starts it with; a no-op once resolved.
+# classpath tests.rigs.kafka starts it with; a no-op once resolved.
 kafka-deps:
 	@bash scripts/kafka-deps.sh
 
@@ -57,14 +58,14 @@ test: system-deps-test kafka-deps venv
 		echo "pytest collected no tests (exit 5): treated as success"; rc=0; \
 	fi; exit $$rc
 
-# A quick answer for developers (about 2 minutes on 2 cores): ruff over everything, then the
-# tests that start no broker, Spark, PostgreSQL or Kafka process: the protocol codecs, the log,
-# the sans-IO coordinators and the import layering. `make test` runs everything.
-CHECK_TESTS := tests/protocol tests/log tests/txn tests/groups tests/test_imports.py \
-	--ignore tests/txn/test_timeout_precision.py --ignore tests/groups/test_txn_offsets_tcp.py
+# A quick answer for developers (about 2 minutes on 2 cores): ruff over everything, mypy over the
+# package, then the unit tier (tests/unit: no process and no socket, which its conftest refuses):
+# the protocol codecs, the log, the sans-IO coordinators, the client's state machines and the
+# import layering. `make test` runs every tier; `make test PYTEST_ARGS=tests/integration` one.
 check: venv
 	$(VENV)/bin/ruff check $(RUFF_PATHS)
-	$(VENV)/bin/pytest -q -n 2 $(CHECK_TESTS) $(PYTEST_ARGS)
+	$(VENV)/bin/mypy $(MYPY_PATHS)
+	$(VENV)/bin/pytest -q -n 2 tests/unit $(PYTEST_ARGS)
 
 demo: system-deps-demo venv
 	$(VENV)/bin/exactly demo $(DEMO_ARGS)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sqlite3
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,7 +34,9 @@ import psycopg
 from exactly.client import Producer
 from exactly.dualwrite import DualWriter
 from exactly.testing import EmbeddedBroker
-from exactly.testing.postgres import PrivatePostgres
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rigs
+from tests.rigs.postgres import PrivatePostgres
 
 PAYLOAD = b"x" * 100
 DDL = "CREATE TABLE IF NOT EXISTS orders (id BIGINT PRIMARY KEY, item VARCHAR(100) NOT NULL)"

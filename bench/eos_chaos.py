@@ -1,4 +1,4 @@
-"""Run tests/test_eos_pipeline.py's broker-kill test over many seeds, keeping what failed.
+"""Run tests/system/test_eos_pipeline.py's broker-kill test over many seeds, keeping what failed.
 
 The test kills the broker 5 times at moments drawn from EXACTLY_CHAOS_SEED (3 librdkafka
 consume-transform-produce workers, send_offsets_to_transaction, a classic group) and checks that
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST = "tests/test_eos_pipeline.py::test_broker_killed_at_random_moments_during_transactions"
+TEST = "tests/system/test_eos_pipeline.py::test_broker_killed_at_random_moments_during_transactions"
 
 
 def seeds(text: str) -> list[int]:

@@ -1,6 +1,6 @@
 """Fairness between connections (issue 14, item 4): a canary producer's acks=all latency on an
 idle broker and while eight connections flood it with pipelined Metadata, Fetch or Produce
-requests (tests/server/flood.py: each flooder sends 256 requests per write, never waiting for
+requests (tests/helpers/server/flood.py: each flooder sends 256 requests per write, never waiting for
 answers, and reads the answers on another thread).
 
 For each flush policy (`fsync`, the default, and `os`) and each flood, a fresh broker process:
@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from exactly.testing import EmbeddedBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.server.flood import canary_latencies, flood_frame, p99, under_flood
+from tests.helpers.server.flood import canary_latencies, flood_frame, p99, under_flood
 
 FLOODS = ("metadata", "fetch", "produce")
 

@@ -1,16 +1,16 @@
-"""Consumer groups under faults, the long run: tests/groups/test_group_faults.py's seeded runs
+"""Consumer groups under faults, the long run: tests/system/groups/test_group_faults.py's seeded runs
 over many seeds, with a line per run, a summary and a JSON file.
 
-Each run (tests/groups/fault_load.py) starts a broker, feeds an input topic for `--duration`
+Each run (tests/helpers/groups/fault_load.py) starts a broker, feeds an input topic for `--duration`
 seconds, and has two groups of two worker processes consume it: `alo` at least once and `eos`
 read-process-write exactly once. Kind `classic`: confluent-kafka, `group.protocol=classic`,
 send_offsets_to_transaction; `consumer`: the same on KIP-848's `group.protocol=consumer`;
 `share`: Exactly's ShareConsumer (KIP-932), ACCEPT + commit_sync, and acknowledgements inside a
 TransactionSession's transaction (KIP-1289). Meanwhile the faults of a schedule drawn from the
 seed: the broker killed (`kill -9`) and restarted, paused (SIGSTOP 1-4 s, SIGCONT), power-cut
-(on exactly.testing.powercut, `log.flush.policy=fsync`; when FUSE is there), and workers killed
+(on tests.rigs.powercut, `log.flush.policy=fsync`; when FUSE is there), and workers killed
 with SIGKILL and restarted. The run then waits up to `--catch-up` seconds for both groups to
-reach the end, and the checker (tests/groups/fault_check.py) judges it: anomalies (lost,
+reach the end, and the checker (tests/helpers/groups/fault_check.py) judges it: anomalies (lost,
 duplicated, backwards, beyond end, delivery limit, lock, output ahead, open transaction...)
 apart from "not caught up within N s".
 
@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.groups.fault_check import Verdict, check, report
-from tests.groups.fault_load import INJECTIONS, KINDS, Plan, power_cuts_available, run
+from tests.helpers.groups.fault_check import Verdict, check, report
+from tests.helpers.groups.fault_load import INJECTIONS, KINDS, Plan, power_cuts_available, run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

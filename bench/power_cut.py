@@ -1,13 +1,13 @@
-"""Power cuts, the long run (issue 14, item 6): tests/server/test_power_cut.py's load and check
+"""Power cuts, the long run (issue 14, item 6): tests/system/server/test_power_cut.py's load and check
 for many more cuts, with a summary, and the same load under `log.flush.policy=os` side by side.
 
 A broker with `log.flush.policy=fsync` runs on the power-cut filesystem
-(exactly.testing.powercut, LazyFS's model: every write and directory entry not fsynced is lost
+(tests.rigs.powercut, LazyFS's model: every write and directory entry not fsynced is lost
 at a cut). Round after round, a load of idempotent and transactional producers, offset commits
 and topic creations runs for a random time (seeded), the broker is killed (or stopped cleanly,
 or killed and cut again right after its restart), the power is cut, the broker starts again,
 and everything acknowledged since the broker's first start is checked
-(tests/server/powercut_load.py). Every `--cuts-per-broker` cuts the run starts over with a fresh
+(tests/helpers/server/powercut_load.py). Every `--cuts-per-broker` cuts the run starts over with a fresh
 filesystem and broker (seeded from the run's seed), so that the data and the check, which reads
 everything back, stay small. The run stops at the first round with a problem, printing the seed
 of that broker's load (the moments of the cuts and the load's choices; the timing of a run is
@@ -42,10 +42,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from exactly.testing.powercut import PowerCutFS
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.server.powercut_load import PowerCutLoad, RoundReport
+from tests.helpers.server.powercut_load import PowerCutLoad, RoundReport
+from tests.rigs.powercut import PowerCutFS
 
 
 def run(work: Path, *, seed: int, cuts: int, cuts_per_broker: int,

@@ -29,8 +29,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.share.helpers import create_topic, set_group_configs
-from tests.share.raw import start_offset
+from tests.helpers.share.helpers import create_topic, set_group_configs
+from tests.helpers.share.raw import start_offset
 
 from exactly.testing import EmbeddedBroker
 

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from share_groups import cpu_seconds  # bench/ is the script's directory
-from tests.share.helpers import create_topic, set_group_configs
-from tests.share.raw import start_offset
+from tests.helpers.share.helpers import create_topic, set_group_configs
+from tests.helpers.share.raw import start_offset
 
 from exactly.client import Consumer, Producer, ShareConsumer, TransactionSession
 from exactly.testing import EmbeddedBroker

@@ -11,7 +11,7 @@ in the demo. Rounds alternate the two modes.
 
 --part connector: the connector's own path (read -> write, no transform, bench/spark_copy.py),
 exactly-once against at-least-once, on local[2] and on a standalone cluster of 2 workers of one
-core (exactly.testing.SparkCluster), and Spark's `rate` source into the `noop` sink on the same
+core (exactly.demo.spark_cluster.SparkCluster), and Spark's `rate` source into the `noop` sink on the same
 cluster as the engine's ceiling on this machine. --part twopc: what the two-phase commit adds to
 a micro-batch with 4, 16 and 64 output partitions (tasks): the tasks' initialize + prepare, the
 driver's decision record and completion, as the sink logs them, and the micro-batch's addBatch
@@ -35,8 +35,8 @@ from typing import Any
 from exactly.client import Admin, NewTopic, Producer
 from exactly.demo.app import input_end, make_event
 from exactly.demo.pipeline import IN_TOPIC, OUTPUT_TOPICS
+from exactly.demo.spark_cluster import SparkCluster
 from exactly.testing import EmbeddedBroker
-from exactly.testing.spark_cluster import SparkCluster
 
 COPY = Path(__file__).resolve().parent / "spark_copy.py"
 COMMIT_LINE = re.compile(r"event=spark_batch_committed ([^\n]*)")

@@ -8,7 +8,7 @@ transactions of one 100-byte record into a partition of its own, all of them at 
 log holds that partition durably before its data is appended (server/admission.py, rule 4);
 before issue 19's sixth session the broker made that sync with a blocking fdatasync on its event
 loop, so the whole broker waited for the disk once per transaction, whatever the number of
-producers. `--fsync-latency-ms N` runs the broker on exactly.testing.powercut with every fsync
+producers. `--fsync-latency-ms N` runs the broker on tests.rigs.powercut with every fsync
 taking N ms (a slow disk: a network volume or a spinning one), where that shows most. To compare
 two versions of the broker, run this with each on PYTHONPATH (the broker process inherits it),
 interleaved.
@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing as mp
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +33,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from exactly.client import aio
 from exactly.testing import EmbeddedBroker
-from exactly.testing.powercut import PowerCutFS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.rigs
+from tests.rigs.powercut import PowerCutFS
 
 TOPIC, PARTITIONS, WARM_UP = "tv2", 8, 20
 

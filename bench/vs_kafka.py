@@ -119,10 +119,10 @@ from measure import (
 from recovery import PARTITIONS as HISTORY_PARTITIONS
 from recovery import TXN_TOPIC, txn_id, write_history
 from run import SMALL_RECORDS_FETCH, RssSampler, _rss_mib
+from tests.rigs.kafka import ApacheKafka
 from transactions import stream, tiny_transactions
 
 from exactly.testing import EmbeddedBroker
-from exactly.testing.kafka import ApacheKafka
 
 PARTITIONS = 4
 WORKLOADS = ("produce", "transactions", "start", "recovery", "tools")

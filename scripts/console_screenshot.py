@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # for tests.webconsole.support: the same browser and console
+sys.path.insert(0, str(REPO))  # for tests.helpers.webconsole.support: the same browser and console
 
-from tests.webconsole.support import browser, console
+from tests.helpers.webconsole.support import browser, console
 
 from exactly.client import (
     Admin,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Apache Kafka 4.4 from Maven Central, for the tests and benchmarks that run it beside Exactly
-# (exactly.testing.kafka.ApacheKafka). Resolves interop/jvm/pom.xml (the broker, its tools, the
+# (tests.rigs.kafka.ApacheKafka). Resolves interop/jvm/pom.xml (the broker, its tools, the
 # Java client, Kafka Streams and a log4j2 binding) into the Maven cache and writes the classpath
 # Kafka is started with to interop/jvm/target/classpath.txt. No jar is committed or downloaded
 # by hand; a second run with the cache filled takes a few seconds and needs no network.

@@ -12,7 +12,7 @@
 #   demo  Java 17+ (PySpark)
 # Where it looks: PATH (commands, `id -u` and `ldconfig -p` included, so a test can hide or fake
 # them), $JAVA_HOME/bin/java first as PySpark does, and PG_BIN_GLOB (default
-# /usr/lib/postgresql/*/bin, where Debian puts initdb and pg_ctl; exactly.testing.postgres too).
+# /usr/lib/postgresql/*/bin, where Debian puts initdb and pg_ctl; tests.rigs.postgres too).
 set -euo pipefail
 
 check_only=0

@@ -1,5 +1,13 @@
-"""Shared test setup: the embedded-broker fixtures, and the failure reports that show the logs of
-every process a failed test ran (exactly.testing.logs)."""
+"""Shared test setup: the embedded-broker fixtures, the failure reports that show the logs of
+every process a failed test ran (exactly.testing.logs), and the tier markers.
+
+The tests lie in three tiers, by directory (the markers are registered in pyproject.toml):
+- tests/unit: no process and no socket (tests/unit/conftest.py refuses both): codecs, the log,
+  the sans-IO coordinators, the client's state machines; `make check` runs them.
+- tests/integration: a broker process (EmbeddedBroker), PostgreSQL, and real clients over TCP.
+- tests/system: Spark, power cuts, Apache Kafka, outside clients (interop), soak runs.
+Code the tests share lies in tests/helpers, the processes they start in tests/workers.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from exactly.testing import broker, broker_factory, logs  # noqa: F401
-from exactly.testing.kafka import apache_kafka, apache_kafka_factory  # noqa: F401
+from tests.rigs.kafka import apache_kafka, apache_kafka_factory  # noqa: F401
 
 # Short-lived JVMs: Spark drivers and executors read tests/spark_conf/spark-defaults.conf (the
 # reason is written there); a standalone cluster's master and workers read SPARK_DAEMON_JAVA_OPTS.
@@ -24,17 +32,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # session-scoped fixtures, whose node (the session) lies above this directory.
     if not config.pluginmanager.has_plugin(logs.__name__):
         config.pluginmanager.register(logs, logs.__name__)
-    config.addinivalue_line(
-        "markers",
-        "broker_settings(settings): broker config keys for the `broker` fixture",
-    )
-    config.addinivalue_line(
-        "markers",
-        "kafka_settings(settings): server.properties keys for the `apache_kafka` fixture",
-    )
-    config.addinivalue_line(
-        "markers",
-        "serial: measures the broker's memory or latency, or compares answers with Apache "
-        "Kafka's that depend on Kafka being served promptly, so `make test` runs it after the "
-        "parallel part, alone on the machine",
-    )
+
+
+TIERS = ("unit", "integration", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, from its directory (`-m unit` selects as `tests/unit` does)."""
+    root = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(root) and (tier := item.path.relative_to(root).parts[0]) in TIERS:
+            item.add_marker(tier)

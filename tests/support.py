@@ -101,17 +101,19 @@ def readme_snippets() -> dict[str, str]:
 
 
 def run_snippet(name: str, replacements: dict[str, str], tmp_path: Path,
-                timeout: float = 600, env: dict[str, str] | None = None) -> str:
+                timeout: float = 600, env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> str:
     """Run the README's snippet `name` as a program of its own (a fresh process, as a user would
     run it), with the `replacements` made (each must occur: e.g. localhost:9092 -> a test
-    broker); its stdout. Fails the test with its output if it exits non-zero."""
+    broker), in `tmp_path` unless `cwd` is given; its stdout. Fails the test with its output if
+    it exits non-zero."""
     code = readme_snippets()[name]
     for old, new in replacements.items():
         assert old in code, f"snippet {name} no longer contains {old!r}"
         code = code.replace(old, new)
     environ = {k: v for k, v in os.environ.items()
                if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "EXACTLY_FAILPOINTS")}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd or tmp_path,
                           env={**environ, **(env or {})},
                           capture_output=True, text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, f"snippet {name} failed:\n{proc.stdout[-3000:]}\n" \

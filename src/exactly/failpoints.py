@@ -17,7 +17,7 @@ names. The variable holds entries `point=ACTION[@N]`, separated by `;`. Actions:
 - `skip`: leave a step out, only at the points SKIPS names, which code reaches with
   `if not failpoints.skip(point): <the step>`. They are steps a test removes on purpose to
   show that its check finds what goes wrong without them: an fsync, for the power-cut test
-  (tests/server/test_power_cut.py). SKIPS is apart from CATALOGUE, whose points are moments
+  (tests/system/server/test_power_cut.py). SKIPS is apart from CATALOGUE, whose points are moments
   (crash, raise or pause there); a skip point takes `skip` only, a CATALOGUE point never.
 
 The rule for `@N`: an entry fires at a hit when n >= N, where N is its `@N` (0 without one)

@@ -1,8 +1,8 @@
-"""The consumers of the group fault runs (tests/groups/fault_load.py), one process each, killed
+"""The consumers of the group fault runs (tests/helpers/groups/fault_load.py), one process each, killed
 with SIGKILL and restarted by the run while the broker is killed, paused and power-cut under them.
 
 Each appends what it saw and what it settled to an events file, one line per event, so that the
-checker (tests/groups/fault_check.py) can tell a record acknowledged without ever having been
+checker (tests/helpers/groups/fault_check.py) can tell a record acknowledged without ever having been
 delivered from one delivered twice:
 
     <monotonic s> S <pid>                      an incarnation starts
@@ -68,7 +68,7 @@ from exactly.client import (
     TransactionSession,
 )
 from exactly.client import Producer as ExactlyProducer
-from tests.groups.consumer_protocol_worker import consumer_config
+from tests.helpers.groups.consumer_protocol_worker import consumer_config
 from tests.workers.eos_worker import transform
 from tests.workers.rdkafka_watchdog import bounded
 

@@ -6,7 +6,7 @@ and after a re-bootstrap (all brokers unreachable for a moment: a one-node clust
 the coordinator it cached is decommissioned and nothing wakes the request again (issue #5511).
 The worker then sits in the call for good, its consumer cannot join the rebalance that follows
 (a rebalance is served by the application's poll), and the whole group waits for it until
-`max.poll.interval.ms` has passed. tests/interop/test_rdkafka_watchdog.py shows the hang with
+`max.poll.interval.ms` has passed. tests/system/interop/test_rdkafka_watchdog.py shows the hang with
 librdkafka's own log.
 
 A crash-only worker does what it does with any other failure: it exits and is restarted, and

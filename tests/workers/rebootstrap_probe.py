@@ -1,6 +1,6 @@
 """librdkafka's send_offsets_to_transaction after a re-bootstrap, bounded as eos_worker.py bounds it.
 
-Run as a script by tests/interop/test_rdkafka_watchdog.py, which drives the broker:
+Run as a script by tests/system/interop/test_rdkafka_watchdog.py, which drives the broker:
 
 1. a transaction with offsets is committed (the producer caches the group's coordinator);
    "committed" is printed;

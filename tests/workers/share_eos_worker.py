@@ -1,7 +1,7 @@
 """A read-process-write worker on a share group, exactly once through transactional
 acknowledgements (KIP-1289, seed 004 use case 4.2) with Exactly's client.
 
-Run as a script (its directory on sys.path) by tests/test_share_eos_pipeline.py, which kills
+Run as a script (its directory on sys.path) by tests/system/test_share_eos_pipeline.py, which kills
 it with SIGKILL at random moments. Each poll's records are transformed and written to the output
 topic (key: the input offset) and acknowledged in the same TransactionSession transaction, then
 committed. It is crash-only: on any error it exits, but for an acknowledgement the broker refused

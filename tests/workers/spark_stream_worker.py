@@ -9,7 +9,7 @@ MAX_OFFSETS offsets, then stops the query and exits 0.
                                   MAX_OFFSETS [--master URL] [--conf KEY=VALUE ...]
                                   [--executor-python PATH] [--ship]
 
-By default the driver runs local[2,4]. On a cluster (tests/spark/test_cluster.py): --master
+By default the driver runs local[2,4]. On a cluster (tests/system/spark/test_cluster.py): --master
 spark://HOST:PORT with the cluster's driver settings as --conf (a failed task is tried 4 times
 there too, unless a --conf spark.task.maxFailures says otherwise), --executor-python for the
 Python of the tasks, and --ship to send the exactly package with the job (exactly.spark.ship) for

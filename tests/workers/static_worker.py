@@ -1,5 +1,5 @@
 """A static group member (KIP-345, `group.instance.id`) run as a separate process by
-tests/interop/test_static_members.py, which kills it with SIGKILL and starts it again.
+tests/system/interop/test_static_members.py, which kills it with SIGKILL and starts it again.
 
     python static_worker.py consume BOOTSTRAP GROUP INSTANCE_ID TOPIC
         Consume, print `assigned P,P,...` / `revoked ...` from the rebalance callbacks and one

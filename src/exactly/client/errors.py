@@ -90,7 +90,7 @@ class AdminError(KafkaError):
 
 
 # -- what an error code means -----------------------------------------------------------------
-# Each set once, imported where it is used (tests/client/test_floors.py checks that no two
+# Each set once, imported where it is used (tests/unit/client/test_floors.py checks that no two
 # modules of the client spell out the same set).
 
 # The coordinator is elsewhere, or nowhere yet: find it again (FindCoordinator), then retry.

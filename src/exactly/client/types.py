@@ -3,7 +3,7 @@ takes from them (records, group and share-group identities, the transaction stat
 names, the admin client's results and requests), in one module, as aiokafka's `structs.py`
 holds its own. Frozen dataclasses, NamedTuples and enums, with nothing to send or wait for:
 every other module of the client imports its values from here, and this one imports nothing of
-the client (tests/test_imports.py holds it to that).
+the client (tests/unit/test_imports.py holds it to that).
 
 Also here: the small helpers these values need (a ShareAcknowledgements' AcknowledgementBatch
 layout, a SCRAM credential's salted password, an enum read off the wire), the conversions of

@@ -13,7 +13,7 @@ or wrong (counts and examples of each). The broker's log and each driver run's l
 the demo's directory (printed at the start).
 
 With --cluster N the pipeline runs on a Spark standalone cluster of N workers started on this
-machine (exactly.testing.SparkCluster; executors are JVMs of their own) and the kills take turns:
+machine (exactly.demo.spark_cluster.SparkCluster; executors are JVMs of their own) and the kills take turns:
 the driver, one executor JVM, a whole worker with its executors (started again a few seconds
 later). With --master spark://HOST:PORT it runs on a cluster you already have: the `exactly`
 package is shipped with the job (exactly.spark.ship) and only the driver, a process of this
@@ -47,6 +47,7 @@ from exactly.demo.pipeline import (
     QUERIES,
     STATS_TOPIC,
 )
+from exactly.demo.spark_cluster import SparkCluster
 from exactly.demo.verdict import (
     CatchUp,
     Fed,
@@ -58,7 +59,6 @@ from exactly.demo.verdict import (
 )
 from exactly.protocol.structs import TopicPartition
 from exactly.testing import EmbeddedBroker
-from exactly.testing.spark_cluster import SparkCluster
 
 BAD_SHARE = 0.03
 CATCH_UP_SECONDS = 300.0  # --catch-up-seconds: the wait ends as soon as the pipeline is done

@@ -10,7 +10,7 @@ together, with recovery, and atomic consumption from the log into a database.
 Modules: writer (DualWriter, the recipe and recovery), consumer (AtomicConsumer), store (the
 state tables, SQLite and PostgreSQL), errors. The crash tests' fault points are named
 `dualwrite.<step>` in `exactly.failpoints`; a private PostgreSQL server for tests and benchmarks
-is `exactly.testing.postgres`.
+is `tests.rigs.postgres`.
 """
 
 from exactly.dualwrite.consumer import AtomicConsumer

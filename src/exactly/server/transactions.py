@@ -31,7 +31,7 @@ transactions share rounds, coordinator records and data alike. (The AddPartition
 also makes the id's previous CompleteX durable before the client may write again: transaction
 version 1 keeps the producer id and epoch across transactions, so with that CompleteX lost, a
 restart's roll-forward of PrepareX would write its marker over the next transaction's open data
-and end it too; tests/server/test_add_partitions_sync.py.)
+and end it too; tests/system/server/test_add_partitions_sync.py.)
 
 EndTxn is answered once the decision is durable, as in Apache Kafka: the outcome is fixed from
 then on (a restart rolls it forward), and the markers follow in a task of their own, which the

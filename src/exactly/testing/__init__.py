@@ -15,8 +15,9 @@ pytest fixtures (import them into conftest.py):
                     @pytest.mark.broker_settings({...})
     broker_factory  make(settings=..., data_dir=...) -> a started broker; all closed after the test
 
-Apache Kafka 4.4 beside it, for comparing answers and speed: `ApacheKafka` and its fixtures
-`apache_kafka` and `apache_kafka_factory` (exactly.testing.kafka).
+The rigs the project's own tests and benchmarks start beside it (Apache Kafka 4.4, the power-cut
+filesystem, PostgreSQL, a Spark Connect server) lie in the repository's tests/rigs, outside this
+package; the demo's Spark standalone cluster in exactly.demo.spark_cluster.
 
 The hooks that put the logs on failed tests' reports are the pytest plugin
 exactly.testing.logs (tests/conftest.py loads it).
@@ -43,12 +44,8 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
 from exactly import failpoints
-from exactly.testing.kafka import ApacheKafka as ApacheKafka
-from exactly.testing.kafka import KafkaStartError as KafkaStartError
 from exactly.testing.logs import ProcessLog, register_log
 from exactly.testing.ports import free_port
-from exactly.testing.spark_connect import SparkConnectServer as SparkConnectServer
-from exactly.testing.spark_connect import SparkConnectStartError as SparkConnectStartError
 
 if TYPE_CHECKING:
     from exactly.server.services import Services
