@@ -61,6 +61,7 @@ def run_demo(*args: str, env: dict[str, str] | None = None) -> str:
     return out
 
 
+@pytest.mark.timeout(600)  # three driver starts, one 15 s late: 300 s was not enough beside a load
 def test_demo_survives_a_slow_python_worker_and_a_driver_kill_and_verifies(
         tmp_path: Path) -> None:
     """The Python that Spark starts for a streaming query's data source is held back 15 s the
