@@ -1,4 +1,4 @@
-"""Power cuts, the long run (issue 14, item 6): tests/system/server/test_power_cut.py's load and check
+"""Power cuts, the long run: tests/system/server/test_power_cut.py's load and check
 for many more cuts, with a summary, and the same load under `log.flush.policy=os` side by side.
 
 A broker with `log.flush.policy=fsync` runs on the power-cut filesystem
