@@ -3,8 +3,8 @@
 VENV ?= .venv
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 PYTEST_ARGS ?=
-# ruff checks all the Python here; mypy the package and the test rigs (tests/integration/test_lint.py
-# runs both in make test).
+# ruff checks all the Python here; mypy the package and the test rigs
+# (tests/integration/test_lint.py runs both in make test).
 RUFF_PATHS := src bench tests
 MYPY_PATHS := src/exactly tests/rigs
 

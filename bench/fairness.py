@@ -1,7 +1,7 @@
 """Fairness between connections (issue 14, item 4): a canary producer's acks=all latency on an
 idle broker and while eight connections flood it with pipelined Metadata, Fetch or Produce
-requests (tests/helpers/server/flood.py: each flooder sends 256 requests per write, never waiting for
-answers, and reads the answers on another thread).
+requests (tests/helpers/server/flood.py: each flooder sends 256 requests per write, never waiting
+for answers, and reads the answers on another thread).
 
 For each flush policy (`fsync`, the default, and `os`) and each flood, a fresh broker process:
 the canary's p50/p99/max idle, then under the flood, their ratio, and the MB of answers the

@@ -1,5 +1,5 @@
-"""Consumer groups under faults, the long run: tests/system/groups/test_group_faults.py's seeded runs
-over many seeds, with a line per run, a summary and a JSON file.
+"""Consumer groups under faults, the long run: tests/system/groups/test_group_faults.py's seeded
+runs over many seeds, with a line per run, a summary and a JSON file.
 
 Each run (tests/helpers/groups/fault_load.py) starts a broker, feeds an input topic for `--duration`
 seconds, and has two groups of two worker processes consume it: `alo` at least once and `eos`

@@ -7,10 +7,10 @@ at a cut). Round after round, a load of idempotent and transactional producers, 
 and topic creations runs for a random time (seeded), the broker is killed (or stopped cleanly,
 or killed and cut again right after its restart), the power is cut, the broker starts again,
 and everything acknowledged since the broker's first start is checked
-(tests/helpers/server/powercut_load.py). Every `--cuts-per-broker` cuts the run starts over with a fresh
-filesystem and broker (seeded from the run's seed), so that the data and the check, which reads
-everything back, stay small. The run stops at the first round with a problem, printing the seed
-of that broker's load (the moments of the cuts and the load's choices; the timing of a run is
+(tests/helpers/server/powercut_load.py). Every `--cuts-per-broker` cuts the run starts over with a
+fresh filesystem and broker (seeded from the run's seed), so that the data and the check, which
+reads everything back, stay small. The run stops at the first round with a problem, printing the
+seed of that broker's load (the moments of the cuts and the load's choices; the timing of a run is
 never quite the same).
 
 The peer: the same load with `log.flush.policy=os` (acknowledged once the page cache has it) for

@@ -11,10 +11,10 @@ in the demo. Rounds alternate the two modes.
 
 --part connector: the connector's own path (read -> write, no transform, bench/spark_copy.py),
 exactly-once against at-least-once, on local[2] and on a standalone cluster of 2 workers of one
-core (exactly.demo.spark_cluster.SparkCluster), and Spark's `rate` source into the `noop` sink on the same
-cluster as the engine's ceiling on this machine. --part twopc: what the two-phase commit adds to
-a micro-batch with 4, 16 and 64 output partitions (tasks): the tasks' initialize + prepare, the
-driver's decision record and completion, as the sink logs them, and the micro-batch's addBatch
+core (exactly.demo.spark_cluster.SparkCluster), and Spark's `rate` source into the `noop` sink on
+the same cluster as the engine's ceiling on this machine. --part twopc: what the two-phase commit
+adds to a micro-batch with 4, 16 and 64 output partitions (tasks): the tasks' initialize + prepare,
+the driver's decision record and completion, as the sink logs them, and the micro-batch's addBatch
 time against at-least-once.
 """
 

@@ -21,15 +21,17 @@ from exactly.failpoints import Failpoint
 from tests.helpers.dualwrite.helpers import CONSUME_STEPS, PREFIX, RECOVERY_STEPS, STEPS
 from tests.paths import REPO
 
-ROOT = REPO
 # The tests that fire the points with a real broker, Spark driver or dual-write application.
-FIRING_TESTS = ("tests/integration/server/test_fault_points.py", "tests/integration/server/test_markers_after_answer.py",
+FIRING_TESTS = ("tests/integration/server/test_fault_points.py",
+                "tests/integration/server/test_markers_after_answer.py",
                 "tests/system/spark/test_stream_faults.py", "tests/system/spark/test_batch_eos.py",
                 "tests/integration/server/test_cleaner_crash.py",
-                "tests/integration/server/test_request_memory.py", "tests/integration/server/test_handling_failures.py")
+                "tests/integration/server/test_request_memory.py",
+                "tests/integration/server/test_handling_failures.py")
 SKIPPING_TESTS = ("tests/system/server/test_power_cut.py",  # the tests that leave SKIPS' steps out
                   "tests/system/server/test_produce_turns.py")
-DUALWRITE_TESTS = STEPS + RECOVERY_STEPS + CONSUME_STEPS  # tests/integration/dualwrite's parametrized crashes
+# tests/integration/dualwrite's parametrized crashes:
+DUALWRITE_TESTS = STEPS + RECOVERY_STEPS + CONSUME_STEPS
 
 
 @pytest.fixture(autouse=True)
@@ -222,9 +224,9 @@ def test_crash_kills_every_process_of_the_session(tmp_path: Path) -> None:
 def _call_sites(functions: tuple[str, ...] = ("hit", "hit_async")) -> dict[str, list[str]]:
     """Point -> where src/exactly calls failpoints.hit/hit_async (or `functions`) with it."""
     sites: dict[str, list[str]] = {}
-    for path in sorted((ROOT / "src" / "exactly").rglob("*.py")):
+    for path in sorted((REPO / "src" / "exactly").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.ImportFrom) and node.module == "exactly.failpoints":
                 assert not {a.name for a in node.names} & {"hit", "hit_async", "skip"}, (
                     f"{where}: call failpoints.hit(...), so that this check sees the call")
@@ -244,7 +246,7 @@ def _fired_by_tests(tests: tuple[str, ...] = FIRING_TESTS,
     """The points of `known` that `tests` set in EXACTLY_FAILPOINTS."""
     fired = {PREFIX + step for step in DUALWRITE_TESTS} if known is failpoints.CATALOGUE else set()
     for name in tests:
-        for node in ast.walk(ast.parse((ROOT / name).read_text())):
+        for node in ast.walk(ast.parse((REPO / name).read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 for entry in node.value.split(";"):
                     point = entry.partition("=")[0].strip()
@@ -277,7 +279,7 @@ def test_the_skips_the_call_sites_and_the_tests_name_the_same_steps() -> None:
 
 
 def test_every_point_is_documented() -> None:
-    docs = (ROOT / "docs" / "architecture.md").read_text()
+    docs = (REPO / "docs" / "architecture.md").read_text()
     section = docs.partition("## Fault injection")[2].partition("\n## ")[0]
     missing = [p for p in failpoints.CATALOGUE if f"`{p}`" not in section]
     assert section and not missing, f"docs/architecture.md, Fault injection, lacks {missing}"

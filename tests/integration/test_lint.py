@@ -1,6 +1,6 @@
 """`make lint` inside `make test`: ruff over all the Python of the repository (the package, the
-benchmarks, the tests) and mypy over the package and the test rigs, with the settings of pyproject.toml. CI runs
-`make test` only, so a lint error fails CI here."""
+benchmarks, the tests) and mypy over the package and the test rigs, with the settings of
+pyproject.toml. CI runs `make test` only, so a lint error fails CI here."""
 
 from __future__ import annotations
 
@@ -11,19 +11,18 @@ from pathlib import Path
 
 from tests.paths import REPO
 
-ROOT = REPO
 BIN = Path(sys.executable).parent
 
 
 def _make_variable(name: str) -> list[str]:
     """A `NAME := a b c` line of the Makefile, so that the test checks what `make lint` checks."""
-    found = re.search(rf"^{name} := (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    found = re.search(rf"^{name} := (.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
     assert found, f"{name} is not set in the Makefile"
     return found.group(1).split()
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
 
 
 def test_ruff() -> None:

@@ -1,5 +1,5 @@
-"""The README's snippets outside Spark (tests/system/spark/test_readme_snippets.py runs the Spark ones),
-each run exactly as printed as a program of its own, with `localhost:9092` replaced by a test
+"""The README's snippets outside Spark (tests/system/spark/test_readme_snippets.py runs the Spark
+ones), each run exactly as printed as a program of its own, with `localhost:9092` replaced by a test
 broker's address; the tests then check what the snippet did, on the broker."""
 
 from __future__ import annotations

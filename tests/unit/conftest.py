@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -16,7 +16,7 @@ class NotInTheUnitTier(RuntimeError):
     """A unit test opened a socket or started a process."""
 
 
-def _refuse(what: str):  # type: ignore[no-untyped-def]
+def _refuse(what: str) -> Callable[..., None]:
     def refused(*args: object, **kwargs: object) -> None:
         raise NotInTheUnitTier(f"{what} in a unit test: tests/unit starts no process and opens "
                                f"no socket (such a test belongs in tests/integration)")

@@ -1,9 +1,10 @@
-"""The consumers of the group fault runs (tests/helpers/groups/fault_load.py), one process each, killed
-with SIGKILL and restarted by the run while the broker is killed, paused and power-cut under them.
+"""The consumers of the group fault runs (tests/helpers/groups/fault_load.py), one process each,
+killed with SIGKILL and restarted by the run while the broker is killed, paused and power-cut under
+them.
 
 Each appends what it saw and what it settled to an events file, one line per event, so that the
-checker (tests/helpers/groups/fault_check.py) can tell a record acknowledged without ever having been
-delivered from one delivered twice:
+checker (tests/helpers/groups/fault_check.py) can tell a record acknowledged without ever having
+been delivered from one delivered twice:
 
     <monotonic s> S <pid>                      an incarnation starts
     <monotonic s> D <partition> <offset> <n>   a record delivered (n: its delivery count; 0 if

@@ -13,9 +13,9 @@ or wrong (counts and examples of each). The broker's log and each driver run's l
 the demo's directory (printed at the start).
 
 With --cluster N the pipeline runs on a Spark standalone cluster of N workers started on this
-machine (exactly.demo.spark_cluster.SparkCluster; executors are JVMs of their own) and the kills take turns:
-the driver, one executor JVM, a whole worker with its executors (started again a few seconds
-later). With --master spark://HOST:PORT it runs on a cluster you already have: the `exactly`
+machine (exactly.demo.spark_cluster.SparkCluster; executors are JVMs of their own) and the kills
+take turns: the driver, one executor JVM, a whole worker with its executors (started again a few
+seconds later). With --master spark://HOST:PORT it runs on a cluster you already have: the `exactly`
 package is shipped with the job (exactly.spark.ship) and only the driver, a process of this
 machine, is killed.
 """

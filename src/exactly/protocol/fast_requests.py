@@ -3,8 +3,8 @@ AddPartitionsToTxn (v0-3, the client's form) and EndTxn (v0-5).
 
 kio walks a request entity field by field in Python, and a 1-record transaction sends three of
 these: their encoding was 20-50 us of the client's CPU per transaction (issue 19). These write
-the same bytes straight from the values (tests/unit/protocol/test_fast_requests.py compares them with
-kio's encoding for every version), as `fast_responses` does for the broker's answers. Each
+the same bytes straight from the values (tests/unit/protocol/test_fast_requests.py compares them
+with kio's encoding for every version), as `fast_responses` does for the broker's answers. Each
 returns an `Encoded` request body; the connection adds the header (`framing.request_header`).
 """
 

@@ -3,9 +3,9 @@
 
 kio builds an entity object per answer and walks it field by field in Python; for these small,
 frequent answers that was a large part of the broker's time per transaction. These functions
-write the same bytes straight from the values (tests/unit/protocol/test_fast_responses.py compares them with
-kio's encoding for every version). They return the response body; `framing.encode_response`
-adds the header.
+write the same bytes straight from the values (tests/unit/protocol/test_fast_responses.py compares
+them with kio's encoding for every version). They return the response body;
+`framing.encode_response` adds the header.
 """
 
 from __future__ import annotations

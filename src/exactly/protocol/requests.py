@@ -17,8 +17,8 @@ the class (`framing.decode_request` decodes with `apis.request_class(key, versio
 each such API splits.
 
 The block between the BEGIN and END lines is generated from `SUPPORTED` and `SPLITS`: after changing
-either, run `python -m exactly.protocol.requests`. tests/integration/protocol/test_requests.py fails while the
-block is stale.
+either, run `python -m exactly.protocol.requests`. tests/integration/protocol/test_requests.py fails
+while the block is stale.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ below; an `Admission` holds what they give one request. The rules that must neve
 4. The coordinator knows a partition before its data can be on disk. Under the fsync policy the
    `__transaction_state` records of the partitions a request adds are made durable before any
    of the request's data is appended, or a power cut could leave data of a transaction nobody
-   will end (tests/system/server/test_produce_turns.py; fault point `produce.added_partitions.sync`).
-   Every partition is checked first, so that one sync round covers all that the request adds,
-   and the round starts at once; the event loop never blocks on it.
+   will end (tests/system/server/test_produce_turns.py; fault point
+   `produce.added_partitions.sync`). Every partition is checked first, so that one sync round covers
+   all that the request adds, and the round starts at once; the event loop never blocks on it.
 5. Turns. While a request waits for rule 4's round it holds its transactional id's turn
    (`ProduceTurns`), and the id's requests that come meanwhile wait for the turn in arrival
    order; other ids go on. The turn is given back as soon as the request's appends are done,

@@ -58,7 +58,6 @@ from tests.system.interop.test_transactions import read_all
 from tests.system.test_share_eos_pipeline import _open_transactions
 from tests.workers.group_fault_worker import POISON
 
-ROOT = REPO
 KINDS = ("classic", "consumer", "share")
 FAULT_TYPES = ("worker-kill", "broker-kill", "broker-pause", "power-cut")
 GROUPS = ("alo", "eos")
@@ -242,8 +241,8 @@ class Worker:
         if self.proc is None and time.monotonic() >= self.not_before:
             self.log.write(f"----- start #{self.starts + 1} at {time.monotonic():.3f}\n".encode())
             self.log.flush()
-            self.proc = subprocess.Popen(self.args(), cwd=ROOT, stdout=self.log, stderr=self.log,
-                                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+            self.proc = subprocess.Popen(self.args(), cwd=REPO, stdout=self.log, stderr=self.log,
+                                         env={**os.environ, "PYTHONPATH": str(REPO)})
             self.starts += 1
 
     def kill(self, restart_after: float = 0.0) -> None:

@@ -20,7 +20,10 @@ from exactly.cli.main import cli
 from exactly.client import Admin, NewTopic
 from exactly.testing import EmbeddedBroker
 from tests.helpers.cli.support import exactly, table
-from tests.integration.cli.test_acls_users_cli import admin_config, sasl_broker  # noqa: F401 (fixtures)
+from tests.integration.cli.test_acls_users_cli import (  # noqa: F401 (fixtures)
+    admin_config,
+    sasl_broker,
+)
 
 
 def _closed_port() -> int:

@@ -15,7 +15,11 @@ from confluent_kafka import Producer
 
 from exactly.testing import EmbeddedBroker, TestCertificates
 from tests.helpers.cli.support import exactly, table
-from tests.integration.server.auth.conftest import alter_scram, certs, secure_settings  # noqa: F401 (fixture)
+from tests.integration.server.auth.conftest import (  # noqa: F401 (fixture)
+    alter_scram,
+    certs,
+    secure_settings,
+)
 
 TOPIC = "secure-cli"
 

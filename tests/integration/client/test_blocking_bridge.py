@@ -28,7 +28,11 @@ import pytest
 from exactly.client import Producer, TransactionSession
 from exactly.client._loop import LoopThread, _Waker
 from tests.integration.client.test_session import config, read_committed
-from tests.integration.client.test_txn_fast_path import TOPIC, v1_broker, v2_broker  # noqa: F401 - fixtures
+from tests.integration.client.test_txn_fast_path import (  # noqa: F401 - fixtures
+    TOPIC,
+    v1_broker,
+    v2_broker,
+)
 
 TRIPS = 100
 MAX_CALLS_PER_TRIP = 30  # both threads together; run_coroutine_threadsafe: 89

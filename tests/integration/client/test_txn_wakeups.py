@@ -26,7 +26,11 @@ import pytest
 
 from exactly.client import Producer, TransactionSession, aio
 from tests.integration.client.test_session import config, read_committed
-from tests.integration.client.test_txn_fast_path import TOPIC, v1_broker, v2_broker  # noqa: F401 - fixtures
+from tests.integration.client.test_txn_fast_path import (  # noqa: F401 - fixtures
+    TOPIC,
+    v1_broker,
+    v2_broker,
+)
 
 TRANSACTIONS = 10
 LINGER = {"linger.ms": 60_000}  # no linger timer fires during a test: only the work counts

@@ -66,8 +66,8 @@ def pg_db(postgres: PrivatePostgres, tmp_path: Path) -> Database:
 
 def run_worker(module: str, *args: str, fault: str | None = None,
                timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`python -m tests.helpers.dualwrite.<module> args` from the repository root, in a session of its own
-    (a fault point's crash kills its whole session); EXACTLY_FAILPOINTS set to `fault` (or
+    """`python -m tests.helpers.dualwrite.<module> args` from the repository root, in a session of
+    its own (a fault point's crash kills its whole session); EXACTLY_FAILPOINTS set to `fault` (or
     unset). Its stdout and stderr go to files in the test's directory of kept logs, shown on the
     test's report if it fails (exactly.testing.logs), and come back in the result as text."""
     env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}

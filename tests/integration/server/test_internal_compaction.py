@@ -3,8 +3,8 @@ transactions of a few transactional ids and many offset commits of a few groups,
 shrinks `__transaction_state` and `__consumer_offsets` on disk to a size that follows the live ids
 and groups, not the history, and a restart (kill -9) restores the same coordinator state, as
 DescribeTransactions and OffsetFetch tell. The history is written with the cleaner off (when it
-runs, the topics never grow: tests/integration/server/test_compaction.py shows it at work while producers
-write)."""
+runs, the topics never grow: tests/integration/server/test_compaction.py shows it at work while
+producers write)."""
 
 from __future__ import annotations
 

@@ -232,9 +232,10 @@ def test_bad_crc_is_corrupt_message(broker):
     assert _produce_error(broker, bytes(batch)) == ErrorCode.corrupt_message
 
 
-# As Apache Kafka 4.4 answers them (tests/helpers/conformance/corpus/produce.py, produce.bad_batches):
-# Produce v3+ carries exactly one complete batch per partition, so a second batch, good or bad,
-# and a batch cut short (or whose length claims more than there is) are INVALID_RECORD.
+# As Apache Kafka 4.4 answers them (tests/helpers/conformance/corpus/produce.py,
+# produce.bad_batches): Produce v3+ carries exactly one complete batch per partition, so a second
+# batch, good or bad, and a batch cut short (or whose length claims more than there is) are
+# INVALID_RECORD.
 
 
 def test_second_batch_bad_rejects_the_whole_partition_write(broker):

@@ -1,7 +1,8 @@
 """The Produce handler reads its fault point (`produce.before_append`) once per process, not
 once per request (issue 19: an environment lookup per Produce was 1.4% of its CPU). That the
-point still fires when a broker starts with it set is shown by tests/integration/server/test_request_memory.py
-and tests/integration/server/test_produce_in_place.py (pauses there, in a real broker process)."""
+point still fires when a broker starts with it set is shown by
+tests/integration/server/test_request_memory.py and
+tests/integration/server/test_produce_in_place.py (pauses there, in a real broker process)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,8 @@ def _send(session: TransactionSession | None, bootstrap: str, values: list[str],
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    # Without KIP-890 verification a hanging transaction can be made (tests/integration/cli does the same).
+    # Without KIP-890 verification a hanging transaction can be made (tests/integration/cli does the
+    # same).
     with EmbeddedBroker(settings={"transaction.partition.verification.enable": "false",
                                   "log.flush.policy": "os"}) as broker:
         bootstrap = broker.bootstrap

@@ -5,8 +5,8 @@ for read-process-write, KIP-1289), each while the broker is killed, paused (SIGS
 the power-cut filesystem mounts here, power-cut, and while its workers are killed with SIGKILL
 and restarted (tests/helpers/groups/fault_load.py).
 
-The checks (tests/helpers/groups/fault_check.py): every acknowledged record was delivered at least once;
-read-process-write output under read_committed is each input exactly once; committed offsets
+The checks (tests/helpers/groups/fault_check.py): every acknowledged record was delivered at least
+once; read-process-write output under read_committed is each input exactly once; committed offsets
 and share-partition start offsets never go backwards; both groups reach the end of the input
 ("not caught up" is told apart from "lost" or "duplicated"); no share record is delivered with a
 delivery count past `share.delivery.count.limit`, and a killed member's records come back within

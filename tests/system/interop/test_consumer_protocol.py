@@ -24,7 +24,6 @@ from tests.rawclient import RawConnection
 from tests.support import create_topic, end_offsets, produce_confluent
 from tests.system.test_eos_pipeline import _check_output
 
-ROOT = REPO
 _REBALANCE_RACES = {KafkaError.ILLEGAL_GENERATION, KafkaError.STALE_MEMBER_EPOCH,
                     KafkaError.REBALANCE_IN_PROGRESS, KafkaError.UNKNOWN_MEMBER_ID,
                     KafkaError._NO_OFFSET}
@@ -41,9 +40,10 @@ SETTINGS = {
 
 def _worker(broker: EmbeddedBroker, *args: str) -> subprocess.Popen:
     log = open(Path(broker.data_dir).parent / "consumer-protocol-workers.log", "ab")  # noqa: SIM115
-    return subprocess.Popen([sys.executable, "-m", "tests.helpers.groups.consumer_protocol_worker", *args],
-                            cwd=ROOT, stdout=log, stderr=log,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.Popen([sys.executable, "-m", "tests.helpers.groups.consumer_protocol_worker",
+                             *args],
+                            cwd=REPO, stdout=log, stderr=log,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -1,8 +1,8 @@
 """A consume-transform-produce worker on librdkafka never sits for good in a transactional call.
 
-tests/system/test_eos_pipeline.py's broker-kill test stopped short: its group's committed offsets never
-reached the end, with the workers running. Their librdkafka logs (debug=eos,broker) showed why:
-after a broker kill the producer re-bootstraps ("Transaction coordinator decommissioned",
+tests/system/test_eos_pipeline.py's broker-kill test stopped short: its group's committed offsets
+never reached the end, with the workers running. Their librdkafka logs (debug=eos,broker) showed
+why: after a broker kill the producer re-bootstraps ("Transaction coordinator decommissioned",
 "Starting re-bootstrap sequence"), its cached group coordinator is the decommissioned broker
 handle ("Handle is terminating"), and send_offsets_to_transaction, once AddOffsetsToTxn is
 answered, never sends its TxnOffsetCommit nor returns, whatever its timeout (librdkafka #5456,

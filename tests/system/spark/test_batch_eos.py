@@ -49,7 +49,6 @@ from tests.paths import REPO
 from tests.support import create_topic
 from tests.system.spark.test_stream_faults import PARTITIONS, difference, read_committed
 
-ROOT = REPO
 ROWS = 400
 TASKS = 4  # partitions of the DataFrame: task attempts per job
 
@@ -98,7 +97,7 @@ def drive(bootstrap: str, topic: str, prefix: str, tag: str) -> None:
 def run_driver(bootstrap: str, topic: str, prefix: str, tag: str, failpoint: str | None = None,
                timeout: float = 300) -> int:
     """Run `drive` in a process (and session) of its own; its exit code (-9: killed)."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop(failpoints.ENV, None)
     if failpoint:
         env[failpoints.ENV] = failpoint

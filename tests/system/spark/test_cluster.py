@@ -47,7 +47,6 @@ from tests.support import consume_confluent, create_topic
 from tests.system.spark.test_stream_faults import difference, read_committed, still_open
 
 WORKER = WORKERS / "spark_stream_worker.py"
-ROOT = REPO
 PARTITIONS = 2
 PER_PARTITION = 300
 RECORDS = PARTITIONS * PER_PARTITION
@@ -140,7 +139,7 @@ class ClusterPipeline:
             args += ["--executor-python", str(executor_python)]
         if ship:
             args.append("--ship")
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         env.pop(failpoints.ENV, None)
         self.runs += 1
         log = self.tmp / f"driver-{self.runs}.log"

@@ -1,8 +1,9 @@
 """The exactly-once pipeline driven by a Spark Connect client (issue 15, item 4).
 
-The driver is a Spark Connect server (tests.rigs.spark_connect.SparkConnectServer, local[2], from the jars
-of the `pyspark` package); the application is a thin gRPC client that registers the `exactly`
-data source through Connect and runs readStream -> transform -> writeStream on a checkpoint.
+The driver is a Spark Connect server (tests.rigs.spark_connect.SparkConnectServer, local[2], from
+the jars of the `pyspark` package); the application is a thin gRPC client that registers the
+`exactly` data source through Connect and runs readStream -> transform -> writeStream on a
+checkpoint.
 
 The client runs in a process of its own, this module run as a program (`main` below): PySpark
 refuses a Connect session in a process that has a classic one ([SESSION_ALREADY_EXIST] Cannot
@@ -51,7 +52,6 @@ from tests.system.spark.test_stream_faults import (
     still_open,
 )
 
-ROOT = REPO
 RECORDS = 400
 MAX_OFFSETS = 100  # micro-batches of 100 offsets: 0..3
 CLIENT_TIMEOUT = 420.0
@@ -129,12 +129,12 @@ class Client:
     def __init__(self, server: SparkConnectServer, bootstrap: str, src: str, dst: str,
                  checkpoint: Path, name: str, log: Path, *extra: str) -> None:
         self.log = log
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         env.pop(failpoints.ENV, None)
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.system.spark.test_connect", server.remote, bootstrap,
-                 src, dst, str(checkpoint), name, *extra], cwd=ROOT, env=env,
+                 src, dst, str(checkpoint), name, *extra], cwd=REPO, env=env,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True)
 

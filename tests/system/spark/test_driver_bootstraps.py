@@ -21,7 +21,8 @@ import pytest
 
 from exactly import failpoints
 from exactly.testing import EmbeddedBroker
-from tests.system.spark.test_stream_faults import ROOT, WORKER, Pipeline, still_open
+from tests.paths import REPO
+from tests.system.spark.test_stream_faults import WORKER, Pipeline, still_open
 
 MAX_OFFSETS = 200  # 1200 records in 2 partitions: seven micro-batches (0..6)
 STEADY = 2  # the most a micro-batch after the first may make
@@ -31,7 +32,7 @@ CREATED = re.compile(r"event=spark_writer_created prefix=\S+ pid=(\d+) bootstrap
 
 def run_logged(pipe: Pipeline) -> str:
     """Run the pipeline's driver to its end with the connector's DEBUG log; its output."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "EXACTLY_SPARK_LOG_LEVEL": "DEBUG"}
     env.pop(failpoints.ENV, None)
     proc = subprocess.run(

@@ -29,7 +29,6 @@ from tests.paths import REPO, WORKERS
 from tests.support import create_topic
 
 WORKER = WORKERS / "spark_stream_worker.py"
-ROOT = REPO
 RECORDS = 1200
 MAX_OFFSETS = 300  # 2 partitions, 1200 records: four micro-batches (0..3)
 PARTITIONS = 2
@@ -42,7 +41,7 @@ def _name(prefix: str) -> str:
 def run_driver(bootstrap: str, src: str, dst: str, checkpoint: Path, name: str, delivery: str,
                failpoint: str | None = None, timeout: float = 240) -> int:
     """Run the driver to its end; its exit code (-9: killed by a fault point)."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop(failpoints.ENV, None)
     if failpoint:
         env[failpoints.ENV] = failpoint
@@ -161,7 +160,7 @@ def test_at_least_once_under_the_same_faults_duplicates(broker: EmbeddedBroker,
 def test_broker_killed_mid_batch(tmp_path: Path) -> None:
     with EmbeddedBroker() as broker:
         pipe = Pipeline(broker.bootstrap, tmp_path, "exactly-once")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop(failpoints.ENV, None)
         proc = subprocess.Popen(
             [sys.executable, str(WORKER), broker.bootstrap, pipe.src, pipe.dst,

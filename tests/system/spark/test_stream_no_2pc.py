@@ -35,10 +35,10 @@ from exactly.spark.options import DECISIONS_TOPIC, OptionError, parse_write_opti
 from exactly.spark.stream_sink import RESUME_TIMEOUT_MS, StreamWriter
 from exactly.testing import EmbeddedBroker
 from tests.helpers.client.fixtures import mock_bootstrap  # noqa: F401 (a fixture)
+from tests.paths import REPO
 from tests.support import create_topic, end_offsets
 from tests.system.spark.test_stream_faults import (
     MAX_OFFSETS,
-    ROOT,
     WORKER,
     Pipeline,
     read_committed,
@@ -180,7 +180,7 @@ class ResumePipeline(Pipeline):
         self.output = ""
 
     def run(self, failpoint: str | None = None) -> int:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         env.pop(failpoints.ENV, None)
         if failpoint:
             env[failpoints.ENV] = failpoint
