@@ -24,8 +24,9 @@ import signal, sys, threading, time
 from exactly.cli.console import stdin_lines
 threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()  # takes SIGINT instead
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-print("ready", flush=True)
 try:
+    # "ready" is printed inside the try: the handler may run as soon as the print returns.
+    print("ready", flush=True)
     for line in READ:
         pass
 except KeyboardInterrupt:

@@ -302,7 +302,14 @@ def scram_credentials(s: Session) -> None:
     s.record("upsert", s.call(51, 0, {"deletions": [], "upsertions": [{
         "name": user, "mechanism": 1, "iterations": 4096, "salt": b"saltsalt",
         "salted_password": b"p" * 32}]}))
-    s.record("describe", s.call(50, 0, {"users": [{"name": user}]}))
+
+    def described() -> dict[str, Any] | None:
+        # Kafka's controller applies the upsert; its brokers answer Describe from their
+        # metadata image, which follows a moment later (RESOURCE_NOT_FOUND until then).
+        answer = s.call(50, 0, {"users": [{"name": user}]})
+        return answer if answer["results"][0]["error_code"] == 0 else None
+
+    s.record("describe", s.until("the credential described", described))
     everyone = s.call(50, 0, {"users": []})
     s.record("describe empty list", {**everyone, "results": [
         r for r in everyone["results"] if r["user"] == user]})
