@@ -80,7 +80,9 @@ class Cluster:
             security=self.security)
 
     async def any_connection(self) -> BrokerConnection:
-        """A live connection to some broker (a known one, else a bootstrap server)."""
+        """A live connection to some broker: one already open, else one to a broker the
+        metadata names (the bootstrap servers may be the nodes of a cluster that died), else
+        one to a bootstrap server."""
         async with self._lock:  # concurrent first uses share one bootstrap connection
             return await self._any_connection()
 
@@ -91,6 +93,15 @@ class Cluster:
         if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
             return self._bootstrap_conn
         errors = []
+        known = list(self.metadata.brokers)
+        random.shuffle(known)
+        for node_id in known:
+            try:
+                return await self.connection(node_id)
+            except AuthenticationError:
+                raise  # the same credentials go to every broker
+            except KafkaError as exc:
+                errors.append(str(exc))
         refused: AuthenticationError | None = None
         servers = list(self.config.bootstrap)
         random.shuffle(servers)

@@ -49,7 +49,7 @@ from exactly.client.errors import (
     classify,
     classify_all,
 )
-from exactly.client.requests import Backoff, Decision, Retry, call
+from exactly.client.requests import Backoff, Decision, Retry, call, coordinator_unreachable
 from exactly.client.types import by_topic, duration
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
@@ -156,8 +156,10 @@ class GroupCoordinatorClient:
 
         backoff, attempts = _COMMIT_RETRY
         await call(self, request, decide, Retry(backoff, attempts=attempts), fail=fail,
-                   give_up=lambda response, code: KafkaTimeoutError(
-                       f"commit for group {self.group_id!r} kept failing with retriable errors"))
+                   on_error=coordinator_unreachable,
+                   give_up=lambda answer, code: KafkaTimeoutError(
+                       f"commit for group {self.group_id!r} kept failing with retriable errors"
+                       + (f" (last: {answer})" if isinstance(answer, KafkaError) else "")))
 
     async def fetch(self, partitions: Iterable[TopicPartition], *, require_stable: bool
                     ) -> dict[TopicPartition, int]:
@@ -183,9 +185,12 @@ class GroupCoordinatorClient:
         backoff, attempts = _FETCH_RETRY
         _conn, response = await call(
             self, request, decide, Retry(backoff, attempts=attempts),
+            on_error=coordinator_unreachable,
             fail=lambda response, code: KafkaError(
                 f"OffsetFetch for group {self.group_id!r}: {error_name(code)}", code),
-            give_up=lambda response, code: KafkaTimeoutError(
+            give_up=lambda answer, code: KafkaTimeoutError(
+                f"committed offsets of group {self.group_id!r}: its coordinator stayed "
+                f"unreachable ({answer})" if isinstance(answer, KafkaError) else
                 f"committed offsets of group {self.group_id!r} stayed unstable: a transaction "
                 "that commits offsets for it is still open"))
         return {TopicPartition(t.name, p.partition_index): p.committed_offset

@@ -26,10 +26,10 @@ The callers keep what they did before this module gathered them, where it differ
 - A coordinator that answers COORDINATOR_LOAD_IN_PROGRESS is looked up again by the admin's
   calls and the share group's membership (errors.COORDINATOR_UNSETTLED), and retried as it is
   by the session and the classic group (errors.COORDINATOR_MOVED).
-- The session bounds each send by what is left of request.timeout.ms (`bound_send`) and retries
-  a lost connection, after finding the coordinator again; the admin and the classic group's
-  offsets let each send take the connection's own request.timeout.ms and raise a lost
-  connection.
+- The session bounds each send by what is left of request.timeout.ms (`bound_send`); the admin
+  and the classic group's offsets let each send take the connection's own request.timeout.ms.
+  All of them retry a connection that could not be made or was lost, after finding the
+  coordinator again (`coordinator_unreachable`): on a cluster the coordinator's node may die.
 - Force-terminating a transaction retries CONCURRENT_TRANSACTIONS only and fails on any other
   code, retriable or not; the session retries every retriable code.
 """
@@ -44,10 +44,11 @@ from typing import Any, NamedTuple, Protocol
 
 from exactly.client.cluster import Cluster
 from exactly.client.connection import BrokerConnection
-from exactly.client.errors import KafkaError, Verdict
+from exactly.client.errors import KafkaConnectionError, KafkaError, Verdict
 from exactly.protocol.errors import error_name
 
-__all__ = ["Backoff", "ClusterCoordinator", "Coordinator", "Decision", "Retry", "call"]
+__all__ = ["Backoff", "ClusterCoordinator", "Coordinator", "Decision", "Retry", "call",
+           "coordinator_unreachable"]
 
 
 class Decision(NamedTuple):
@@ -155,6 +156,17 @@ class ClusterCoordinator:
 
     async def rediscover(self) -> None:
         self.cluster.forget_coordinator(self.key_type, self.key)
+
+
+def coordinator_unreachable(exc: KafkaError) -> Decision:
+    """`on_error` for a call whose coordinator may be on a node that died: a connection that
+    could not be made or was lost means finding the coordinator again and retrying within the
+    call's bound (Kafka's clients mark the coordinator unknown on a disconnect; on a cluster,
+    FindCoordinator names the dead node until its partitions get new leaders). Any other
+    exception is raised as it is."""
+    if isinstance(exc, KafkaConnectionError):
+        return Decision(Verdict.RETRY | Verdict.REDISCOVER, -1)
+    raise exc
 
 
 def _failed(answer: Any, code: int) -> BaseException:

@@ -560,7 +560,7 @@ class AsyncTransactionSession:
         self._machine.check(call)  # a producer may have reported an error meanwhile
 
     async def _coordinator(self) -> BrokerConnection:
-        return await self._calls.transaction.connection()
+        return await self._calls.reach()
 
     async def _add_partitions(self, new: set[TopicPartition]) -> None:
         pending = set(new)

@@ -89,6 +89,24 @@ class CoordinatorCalls:
         if self.tv2 is None:
             self.tv2 = offers_transaction_v2(conn)
 
+    async def reach(self) -> BrokerConnection:
+        """The connection to the transaction coordinator, found again while its node cannot be
+        reached, up to request.timeout.ms: on a cluster, FindCoordinator names a node that died
+        until its partitions of __transaction_state have new leaders."""
+        timeout_ms = self.config["request.timeout.ms"]
+        retry = Retry(Backoff(max(self.config["retry.backoff.ms"], 1) / 1000),
+                      timeout=timeout_ms / 1000)
+        while True:
+            try:
+                return await self.transaction.connection()
+            except KafkaConnectionError as exc:
+                await self.transaction.rediscover()
+                if not await retry.wait():
+                    raise KafkaTimeoutError(
+                        f"transactional id {self._identity().transactional_id!r}: its "
+                        f"coordinator stayed unreachable for request.timeout.ms={timeout_ms} "
+                        f"({exc}); call again to retry") from exc
+
     async def call(self, api: str, request: Callable[[BrokerConnection], Any],
                    error_of: Callable[[Any], int] = lambda r: int(r.error_code), *,
                    group: str | None = None, accept: frozenset[int] = frozenset()) -> Any:

@@ -363,6 +363,7 @@ class TransactionDescription:
     timeout_ms: int
     start_time_ms: int  # -1 when no transaction is open
     partitions: list[TopicPartition]
+    coordinator_id: int = -1  # the broker that answered: the transaction's coordinator
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,14 @@ from exactly.client.errors import (
     Verdict,
     classify,
 )
-from exactly.client.requests import Backoff, ClusterCoordinator, Decision, Retry, call
+from exactly.client.requests import (
+    Backoff,
+    ClusterCoordinator,
+    Decision,
+    Retry,
+    call,
+    coordinator_unreachable,
+)
 from exactly.client.types import by_topic
 from exactly.protocol.apis import ApiKey, build
 from exactly.protocol.errors import ErrorCode, error_name
@@ -134,7 +141,10 @@ class AdminBase:
             ClusterCoordinator(self.cluster, COORDINATOR_GROUP, group), request, decide,
             Retry(Backoff(max(self.config["retry.backoff.ms"], 1) / 1000),
                   timeout=timeout_ms / 1000),
-            give_up=lambda response, code: KafkaError(
+            on_error=coordinator_unreachable,
+            give_up=lambda answer, code: KafkaError(
+                f"{what}: the coordinator is still unreachable after request.timeout.ms="
+                f"{timeout_ms} ({answer}); try again" if isinstance(answer, KafkaError) else
                 f"{what}: the coordinator still answers {error_name(code)} after "
                 f"request.timeout.ms={timeout_ms}; try again", int(code)))
 

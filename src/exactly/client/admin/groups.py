@@ -99,7 +99,7 @@ class GroupsAdmin(AdminBase):
                     [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
                                        _assigned(m.assignment), _assigned(m.target_assignment),
                                        m.member_epoch) for m in g.members],
-                    BrokerInfo(conn.node_id or -1, conn.host, conn.port), g.group_epoch,
+                    BrokerInfo(-1 if conn.node_id is None else conn.node_id, conn.host, conn.port), g.group_epoch,
                     g.assignment_epoch)
             if g.error_code != ErrorCode.group_id_not_found:  # not found: maybe a classic one
                 raise item_error(what, g.error_code, g.error_message) or KafkaError(what)
@@ -126,7 +126,7 @@ class GroupsAdmin(AdminBase):
                 sorted(TopicPartition(t, p) for t, ps in assigned.items() for p in ps)))
         return ConsumerGroupDescription(group_id, "classic", d.group_state, d.protocol_type,
                                         d.protocol_data, members,
-                                        BrokerInfo(conn.node_id or -1, conn.host, conn.port))
+                                        BrokerInfo(-1 if conn.node_id is None else conn.node_id, conn.host, conn.port))
 
     async def list_consumer_group_offsets(
             self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None

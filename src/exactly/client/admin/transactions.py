@@ -88,7 +88,8 @@ class TransactionsAdmin(AdminBase):
                             milliseconds(s.transaction_timeout),
                             milliseconds(s.transaction_start_time),
                             sorted(TopicPartition(t.topic, p)
-                                   for t in s.topics for p in t.partitions))
+                                   for t in s.topics for p in t.partitions),
+                            -1 if conn.node_id is None else conn.node_id)
             if not again:
                 break
             ids = again
