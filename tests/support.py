@@ -16,9 +16,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None,
+                 replication: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})],
+    futures = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
                                   operation_timeout=10)
     futures[name].result(timeout=20)
 

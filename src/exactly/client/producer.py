@@ -49,8 +49,11 @@ from exactly.protocol.records import HEADER_SIZE
 
 log = logging.getLogger("exactly.client")
 # After a Metadata request that may auto-create a topic answers it unknown: how long to keep
-# asking (the creation may take a moment in Kafka), and how often.
-AUTO_CREATE_WAIT_S = 2.0
+# asking, and how often. The creation may take a moment in Kafka, and on a cluster a topic just
+# created is known to the controller first: each broker learns it when its metadata image
+# catches up, seconds later on a loaded machine. (Kafka's Java producer waits max.block.ms,
+# 60 s by default, before it says a topic is not there.)
+AUTO_CREATE_WAIT_S = 10.0
 AUTO_CREATE_RETRY_S = 0.05
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
 

@@ -156,7 +156,15 @@ class DualWriter:
         failpoints.hit("dualwrite.recovery-1-read-state")
         session = TransactionSession(self.config)
         try:
-            session.initialize(keep_prepared_txn=True)
+            try:
+                session.initialize(keep_prepared_txn=True)
+            except UnsupportedVersionError as exc:
+                raise UnsupportedVersionError(
+                    "exactly.dualwrite needs KIP-939's two-phase commit: a log transaction "
+                    "prepared before a crash must survive the restart (InitProducerId v6 with "
+                    "KeepPreparedTxn), or recovery could not commit what the database "
+                    f"committed; the broker lacks it ({exc}). Apache Kafka up to 4.4 does not "
+                    "offer it; Exactly's broker does", exc.code) from exc
             failpoints.hit("dualwrite.recovery-2-keep-prepared-txn")
             prepared = session.prepared_state
             outcome = "none"

@@ -103,12 +103,12 @@ def still_open(bootstrap: str, name: str) -> list[str]:
 
 
 class Pipeline:
-    def __init__(self, bootstrap: str, tmp: Path, delivery: str) -> None:
+    def __init__(self, bootstrap: str, tmp: Path, delivery: str, replication: int = 1) -> None:
         self.bootstrap, self.delivery = bootstrap, delivery
         self.src, self.dst, self.name = _name("in"), _name("out"), _name("q")
         self.checkpoint = tmp / "checkpoint"
-        create_topic(bootstrap, self.src, partitions=PARTITIONS)
-        create_topic(bootstrap, self.dst, partitions=PARTITIONS)
+        create_topic(bootstrap, self.src, partitions=PARTITIONS, replication=replication)
+        create_topic(bootstrap, self.dst, partitions=PARTITIONS, replication=replication)
         self.expected = feed(bootstrap, self.src)
 
     def run(self, failpoint: str | None = None) -> int:

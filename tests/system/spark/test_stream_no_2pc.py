@@ -174,9 +174,10 @@ def test_producer_id_mode_normal_run(spark: SparkSession, request: pytest.Fixtur
 class ResumePipeline(Pipeline):
     """The fault tests' pipeline, its driver run with transactionResume=producer-id."""
 
-    def __init__(self, bootstrap: str, tmp: Path, **options: str) -> None:
-        super().__init__(bootstrap, tmp, "exactly-once")
-        self.options = {**RESUME, **options}
+    def __init__(self, bootstrap: str, tmp: Path, options: dict[str, str] | None = None, *,
+                 replication: int = 1) -> None:
+        super().__init__(bootstrap, tmp, "exactly-once", replication)
+        self.options = {**RESUME, **(options or {})}
         self.output = ""
 
     def run(self, failpoint: str | None = None) -> int:
@@ -222,7 +223,7 @@ def test_commit_after_the_timeout_is_reported_lost(broker_v2: EmbeddedBroker,
     commit (batch 0 was then reported lost instead of batch 3). The pause is longer than the
     whole timeout, so batch 3's transactions time out whatever the machine's speed."""
     pipe = ResumePipeline(broker_v2.bootstrap, tmp_path,
-                          **{"kafka.transaction.timeout.ms": "30000"})
+                          {"kafka.transaction.timeout.ms": "30000"})
     assert pipe.run("spark.driver.after_decision=pause:32@3") not in (0, -9)
     assert "BatchOutputLost: batch 3" in pipe.output, pipe.output[-6000:]
     assert "event=spark_batch_output_lost transactional_id=exactly-spark-" in pipe.output
