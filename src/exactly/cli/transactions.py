@@ -85,10 +85,10 @@ def describe(bootstrap: str, command_config: str | None, timeout_ms: int,
     now = int(time.time() * 1000)
     open_ = txn.start_time_ms >= 0
     print_table(
-        ("TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+        ("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
          "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
          "TopicPartitions"),
-        [(transactional_id, txn.producer_id, txn.producer_epoch, txn.state, txn.timeout_ms,
+        [(txn.coordinator_id, transactional_id, txn.producer_id, txn.producer_epoch, txn.state, txn.timeout_ms,
           txn.start_time_ms if open_ else None, max(now - txn.start_time_ms, 0) if open_ else None,
           ",".join(f"{t}-{p}" for t, p in txn.partitions) or None)])
 
