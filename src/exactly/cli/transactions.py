@@ -88,8 +88,9 @@ def describe(bootstrap: str, command_config: str | None, timeout_ms: int,
         ("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
          "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
          "TopicPartitions"),
-        [(txn.coordinator_id, transactional_id, txn.producer_id, txn.producer_epoch, txn.state, txn.timeout_ms,
-          txn.start_time_ms if open_ else None, max(now - txn.start_time_ms, 0) if open_ else None,
+        [(txn.coordinator_id, transactional_id, txn.producer_id, txn.producer_epoch, txn.state,
+          txn.timeout_ms, txn.start_time_ms if open_ else None,
+          max(now - txn.start_time_ms, 0) if open_ else None,
           ",".join(f"{t}-{p}" for t, p in txn.partitions) or None)])
 
 

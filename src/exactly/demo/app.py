@@ -131,13 +131,14 @@ class Driver:
     stderr (Spark's log, Python tracebacks) goes to `log`."""
 
     def __init__(self, bootstrap: str, checkpoint: Path, delivery: str, trigger: float,
-                 spark_args: list[str], log: Path) -> None:
+                 spark_args: list[str], log: Path, resume: str | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if k != failpoints.ENV}
         self.log = log
         with open(log, "ab") as stderr:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "exactly.demo.pipeline", bootstrap, str(checkpoint),
-                 "--delivery", delivery, "--trigger-seconds", str(trigger), *spark_args],
+                 "--delivery", delivery, "--trigger-seconds", str(trigger), *spark_args,
+                 *(["--resume", resume] if resume else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                 text=True, env=env, start_new_session=True)
         self.batches: Counter[str] = Counter()
@@ -318,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
                              "pipeline to process the whole input before the output is checked; "
                              "if it has not, the verdict says where it was (default "
                              f"{CATCH_UP_SECONDS:g})")
+    parser.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT[,...]",
+                        help="run against this broker or cluster (Exactly, or Apache Kafka: "
+                             "the sinks then commit with transactionResume=producer-id) instead "
+                             "of starting an Exactly broker; the demo's topics must not exist "
+                             "there yet")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--cluster", type=int, default=None, metavar="N",
                        help="run Spark as a standalone cluster of N workers (1 core each) on "
@@ -338,10 +344,30 @@ def main(argv: list[str] | None = None) -> int:
             say(f"starting a Spark cluster: a master and {args.cluster} workers of 1 core")
             cluster = stack.enter_context(SparkCluster(args.cluster, work_dir=work / "spark"))
             say(f"Spark master at {cluster.master_url}")
+        if args.bootstrap_server:
+            return run(args, seed, work, args.bootstrap_server, cluster)
         broker = stack.enter_context(EmbeddedBroker(data_dir=work / "broker",
                                                     log_path=work / "broker.log"))
         return run(args, seed, work, broker.bootstrap, cluster)
     return 1  # not reached: the block returns
+
+
+def sink_mode(bootstrap: str) -> str:
+    """The sinks' transactionResume: keep-prepared where the broker offers KIP-939's
+    KeepPreparedTxn, else producer-id (Apache Kafka up to 4.4), said."""
+    from exactly.spark.capabilities import check_keep_prepared
+    from exactly.spark.options import KEEP_PREPARED, PRODUCER_ID, OptionError
+
+    try:
+        check_keep_prepared({"bootstrap.servers": bootstrap}, "exactly-spark-demo")
+    except OptionError:
+        say("the broker lacks KIP-939's KeepPreparedTxn: the sinks commit with "
+            f"transactionResume={PRODUCER_ID} (ordinary transactions resumed by producer id; "
+            "a batch not committed within transaction.timeout.ms would be lost, and said so)")
+        return PRODUCER_ID
+    say(f"the broker offers KIP-939's KeepPreparedTxn: the sinks commit with "
+        f"transactionResume={KEEP_PREPARED}")
+    return KEEP_PREPARED
 
 
 def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
@@ -352,6 +378,7 @@ def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
     say(f"broker on {bootstrap}, data and checkpoints in {work} (seed {seed})")
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         admin.create_topics([NewTopic(IN_TOPIC, 4)] + [NewTopic(t, 2) for t in OUTPUT_TOPICS])
+    resume = sink_mode(bootstrap) if args.delivery == "exactly-once" else None
     feeder = Feeder(bootstrap, args.rate, args.seconds, seed)
     feeder.start()
     killer = Killer(cluster, rng)
@@ -366,7 +393,7 @@ def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
         nonlocal runs
         runs += 1
         return Driver(bootstrap, work / "checkpoints", args.delivery, args.trigger_seconds,
-                      spark_args, work / f"driver-{runs}.log")
+                      spark_args, work / f"driver-{runs}.log", resume)
 
     driver = new_driver()
     last, kill_at, fed_at = time.monotonic(), None, None

@@ -54,8 +54,10 @@ MAX_RESTARTS = 3
 
 
 def build(spark: Any, bootstrap: str, checkpoint_dir: str, delivery: str,
-          trigger_seconds: float, max_offsets: int | None) -> dict[str, Callable[[], Any]]:
-    """The two queries, each as a function that starts it (again, on its checkpoint)."""
+          trigger_seconds: float, max_offsets: int | None,
+          resume: str | None = None) -> dict[str, Callable[[], Any]]:
+    """The two queries, each as a function that starts it (again, on its checkpoint).
+    `resume`: the sinks' transactionResume (None: the connector's default)."""
     from pyspark.sql import functions as F
 
     reader = (spark.readStream.format("exactly").option("kafka.bootstrap.servers", bootstrap)
@@ -81,11 +83,12 @@ def build(spark: Any, bootstrap: str, checkpoint_dir: str, delivery: str,
         F.lit(DLQ_TOPIC).alias("topic"), "key", "value")
 
     def sink(df: Any, name: str) -> Any:
-        return (df.writeStream.format("exactly").queryName(name)
-                .option("kafka.bootstrap.servers", bootstrap)
-                .option("deliveryGuarantee", delivery)
-                .option("checkpointLocation", os.path.join(checkpoint_dir, name))
-                .trigger(processingTime=f"{trigger_seconds} seconds"))
+        writer = (df.writeStream.format("exactly").queryName(name)
+                  .option("kafka.bootstrap.servers", bootstrap)
+                  .option("deliveryGuarantee", delivery)
+                  .option("checkpointLocation", os.path.join(checkpoint_dir, name))
+                  .trigger(processingTime=f"{trigger_seconds} seconds"))
+        return writer.option("transactionResume", resume) if resume else writer
 
     stats = (good.withColumn("event_time", F.timestamp_millis("ts"))
              .withWatermark("event_time", f"{WINDOW_SECONDS} seconds")
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> None:
                         choices=["exactly-once", "at-least-once"])
     parser.add_argument("--trigger-seconds", type=float, default=2.0)
     parser.add_argument("--max-offsets", type=int, default=None)
+    parser.add_argument("--resume", default=None, choices=["keep-prepared", "producer-id"],
+                        help="the sinks' transactionResume (default: the connector's)")
     parser.add_argument("--master", default="local[2,4]")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting (repeatable)")
@@ -183,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         ship(spark)
     register(spark)
     queries = Queries(build(spark, args.bootstrap, args.checkpoint_dir, args.delivery,
-                            args.trigger_seconds, args.max_offsets))
+                            args.trigger_seconds, args.max_offsets, args.resume))
     print(json.dumps({"started": list(queries.running)}), flush=True)
     stop = threading.Event()
     threading.Thread(target=_wait_for_stop, args=(stop,), daemon=True).start()

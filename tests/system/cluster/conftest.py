@@ -1,9 +1,13 @@
-"""One three-node Apache Kafka 4.4 cluster per test module, and what tests on it share.
+"""One three-node Apache Kafka 4.4 cluster for the tests of this directory.
 
-A module's tests kill nodes; each test starts from a whole cluster (`whole_cluster`), so the
-order of tests does not matter. The brokers' session with the controller times out in 3 s
-(Kafka's default is 9 s), so that a killed node's partitions get new leaders, and its
-coordinators move, within a test's patience on a loaded machine.
+Every module here marks its tests `xdist_group("kafka-cluster")`, so under pytest-xdist they
+all run on one worker and share one cluster (three JVMs start once, not once per module). Tests
+kill nodes; each test starts from a whole cluster (`whole_cluster`), so the order of tests does
+not matter. Topic and transactional-id names are unique across the modules.
+
+The brokers' session with the controller times out in 3 s (Kafka's default is 9 s), so that a
+killed node's partitions get new leaders, and its coordinators move, within a test's patience
+on a loaded machine.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ FAILOVER = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def cluster() -> Iterator[ApacheKafka]:
     with ApacheKafka(nodes=3, settings=FAILOVER, heap="384m") as kafka:
         yield kafka

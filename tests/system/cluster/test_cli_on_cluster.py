@@ -17,7 +17,7 @@ from tests.helpers.cli.support import exactly, table
 from tests.helpers.cluster.support import create_replicated, leaders, wait_for
 from tests.rigs.kafka import ApacheKafka
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("kafka-cluster")]
 
 
 def test_list_describe_find_hanging_and_abort_on_the_cluster(

@@ -41,13 +41,14 @@ from tests.helpers.cluster.support import (
 from tests.paths import SRC
 from tests.rigs.kafka import ApacheKafka
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("kafka-cluster")]
 
 
 def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
-    """Every record of `topic`, by partition, read with read_committed without a group once no transaction is
-    open on it: EndTxn returns before the coordinator has written every marker, so the read
-    waits until each partition's last stable offset has reached its high watermark."""
+    """Every record of `topic`, by partition, read with read_committed without a group once no
+    transaction is open on it: EndTxn returns before the coordinator has written every marker,
+    so the read waits until each partition's last stable offset has reached its high
+    watermark."""
     admin = Admin({"bootstrap.servers": bootstrap})
 
     def ends(level: str) -> dict[int, int]:

@@ -24,7 +24,7 @@ from tests.rigs.kafka import ApacheKafka
 from tests.system.spark.test_stream_faults import still_open
 from tests.system.spark.test_stream_no_2pc import ResumePipeline, _writer
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("kafka-cluster")]
 
 
 def test_the_default_mode_is_refused_with_the_way_out(whole_cluster: ApacheKafka) -> None:

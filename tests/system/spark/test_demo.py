@@ -32,7 +32,7 @@ def test_demo_help_lists_the_demos_options() -> None:
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     for option in ("--crashes", "--seconds", "--rate", "--trigger-seconds", "--delivery",
-                   "--seed", "--catch-up-seconds", "--cluster", "--master"):
+                   "--seed", "--catch-up-seconds", "--cluster", "--master", "--bootstrap-server"):
         assert option in proc.stdout, proc.stdout
 
 

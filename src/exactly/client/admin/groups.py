@@ -13,6 +13,7 @@ from typing import Any
 from exactly.client.admin.base import AdminBase, item_error, raise_failures
 from exactly.client.assignors import ProtocolError, decode_assignment
 from exactly.client.cluster import COORDINATOR_GROUP, make_request
+from exactly.client.connection import BrokerConnection
 from exactly.client.errors import KafkaConnectionError, KafkaError, UnsupportedVersionError
 from exactly.client.group import CommitFailedError, GroupCoordinatorClient
 from exactly.client.types import (
@@ -99,8 +100,7 @@ class GroupsAdmin(AdminBase):
                     [MemberDescription(m.member_id, m.instance_id, m.client_id, m.client_host,
                                        _assigned(m.assignment), _assigned(m.target_assignment),
                                        m.member_epoch) for m in g.members],
-                    BrokerInfo(-1 if conn.node_id is None else conn.node_id, conn.host, conn.port), g.group_epoch,
-                    g.assignment_epoch)
+                    _answered_by(conn), g.group_epoch, g.assignment_epoch)
             if g.error_code != ErrorCode.group_id_not_found:  # not found: maybe a classic one
                 raise item_error(what, g.error_code, g.error_message) or KafkaError(what)
         conn, response = await self._group_request(
@@ -126,7 +126,7 @@ class GroupsAdmin(AdminBase):
                 sorted(TopicPartition(t, p) for t, ps in assigned.items() for p in ps)))
         return ConsumerGroupDescription(group_id, "classic", d.group_state, d.protocol_type,
                                         d.protocol_data, members,
-                                        BrokerInfo(-1 if conn.node_id is None else conn.node_id, conn.host, conn.port))
+                                        _answered_by(conn))
 
     async def list_consumer_group_offsets(
             self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
@@ -218,3 +218,8 @@ class GroupsAdmin(AdminBase):
                          for t in response.topics for p in t.partitions
                          if (e := item_error(f"{what} on {t.name}-{p.partition_index}",
                                               p.error_code))})
+
+
+def _answered_by(conn: BrokerConnection) -> BrokerInfo:
+    """The broker a connection goes to (node id -1 when it is not known: a bootstrap one)."""
+    return BrokerInfo(-1 if conn.node_id is None else conn.node_id, conn.host, conn.port)

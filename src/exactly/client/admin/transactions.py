@@ -16,6 +16,7 @@ from exactly.client.cluster import COORDINATOR_TRANSACTION, make_request, reques
 from exactly.client.connection import BrokerConnection
 from exactly.client.errors import (
     COORDINATOR_UNSETTLED,
+    KafkaConnectionError,
     KafkaError,
     UnsupportedVersionError,
     Verdict,
@@ -59,29 +60,38 @@ class TransactionsAdmin(AdminBase):
 
     async def describe_transactions(self, transactional_ids: Iterable[str]
                                     ) -> dict[str, TransactionDescription]:
-        """Each id is asked of its transaction coordinator."""
+        """Each id is asked of its transaction coordinator. An id whose coordinator moved, is
+        loading, or is on a node that cannot be reached is looked up again, up to
+        request.timeout.ms."""
         ids = list(dict.fromkeys(transactional_ids))
         out: dict[str, TransactionDescription] = {}
         failures: dict[str, KafkaError] = {}
-        retry = Retry(Backoff(0.1, linear=True), attempts=3)
+        retry = Retry(Backoff(0.1, linear=True), timeout=self.config["request.timeout.ms"] / 1000)
         while True:
             by_node: dict[int, tuple[BrokerConnection, list[str]]] = {}
+            again: dict[str, KafkaError] = {}
             for txn_id in ids:
-                conn = await self.cluster.coordinator(COORDINATOR_TRANSACTION, txn_id)
+                try:
+                    conn = await self.cluster.coordinator(COORDINATOR_TRANSACTION, txn_id)
+                except KafkaConnectionError as exc:
+                    again[txn_id] = exc
+                    continue
                 by_node.setdefault(id(conn), (conn, []))[1].append(txn_id)
-            again: list[str] = []
             for conn, wanted in by_node.values():
-                response = await conn.send(make_request(conn, ApiKey.DESCRIBE_TRANSACTIONS,
-                                                        transactional_ids=tuple(wanted)))
+                try:
+                    response = await conn.send(make_request(conn, ApiKey.DESCRIBE_TRANSACTIONS,
+                                                            transactional_ids=tuple(wanted)))
+                except KafkaConnectionError as exc:
+                    again.update(dict.fromkeys(wanted, exc))
+                    continue
                 for s in response.transaction_states:
-                    moved = Verdict.REDISCOVER in classify(s.error_code,
-                                                           moved=COORDINATOR_UNSETTLED)
-                    if moved and not retry.last:
-                        self.cluster.forget_coordinator(COORDINATOR_TRANSACTION, s.transactional_id)
-                        again.append(s.transactional_id)
-                    elif (e := item_error(f"describe transaction {s.transactional_id!r}",
-                                           s.error_code)) is not None:
-                        failures[s.transactional_id] = e
+                    error = item_error(f"describe transaction {s.transactional_id!r}",
+                                       s.error_code)
+                    if Verdict.REDISCOVER in classify(s.error_code, moved=COORDINATOR_UNSETTLED):
+                        assert error is not None
+                        again[s.transactional_id] = error
+                    elif error is not None:
+                        failures[s.transactional_id] = error
                     else:
                         out[s.transactional_id] = TransactionDescription(
                             s.transaction_state, s.producer_id, s.producer_epoch,
@@ -92,8 +102,12 @@ class TransactionsAdmin(AdminBase):
                             -1 if conn.node_id is None else conn.node_id)
             if not again:
                 break
-            ids = again
-            await retry.wait()
+            for txn_id in again:
+                self.cluster.forget_coordinator(COORDINATOR_TRANSACTION, txn_id)
+            if not await retry.wait():
+                failures.update(again)
+                break
+            ids = list(again)
         raise_failures(failures)
         return out
 
