@@ -94,7 +94,7 @@ from exactly.spark.coordinator import (
 from exactly.spark.options import EXACTLY_ONCE, PRODUCER_ID, WriteOptions
 from exactly.spark.sink import send_rows
 
-__all__ = ["RESUME_TIMEOUT_MS", "BatchOutputLost", "StreamWriter",
+__all__ = ["RESUME_TIMEOUT_MS", "BatchOutputLost", "StreamWriter", "age_warning",
            "TaskCommit", "open_transactions"]
 
 log = logging.getLogger(__name__)
@@ -109,12 +109,33 @@ class TaskCommit(WriterCommitMessage):  # type: ignore[misc]
     replayed: bool = False  # the batch was decided before: nothing written again
     query_id: str = ""     # Spark's id of the query, the same across restarts
     twopc_ms: float = 0.0  # the task's time in initialize() and prepare: what 2PC adds to it
+    began_at: float = 0.0  # wall-clock time (time.time()) of the task's begin_transaction
 
 
 def open_transactions(client: dict[str, str], prefix: str) -> list[str]:
     """Transactional ids of the query (`<prefix>-<n>`) whose transaction is not finished."""
     with PROCESS.admin(client) as admin:
         return unfinished(admin.list_transactions(), query_pattern(prefix))
+
+
+AGE_WARNING_SHARE = 0.5  # of transaction.timeout.ms: a batch's age past it is warned of
+
+
+def age_warning(batch: int, began_at: float, now: float, timeout_ms: int) -> str | None:
+    """transactionResume=producer-id: the log line that warns of a batch whose oldest
+    transaction, begun at `began_at` (wall clock, on an executor), is `now` older than
+    AGE_WARNING_SHARE of transaction.timeout.ms, when the driver is about to decide it; None if
+    it is younger. A batch decided past the timeout is lost (the broker aborts its
+    transactions), so a pipeline whose batches grow old is near losing one."""
+    age_ms = (now - began_at) * 1000
+    if age_ms < AGE_WARNING_SHARE * timeout_ms:
+        return None
+    note = (f"the batch's oldest transaction is {age_ms / timeout_ms:.0%} of "
+            "transaction.timeout.ms old at its decision; past it, the broker aborts it and its "
+            "rows are lost (transactionResume=producer-id): raise kafka.transaction.timeout.ms "
+            "or shorten the batches")
+    return (f"event=spark_transaction_age_near_timeout batch={batch} age_ms={age_ms:.0f} "
+            f"transaction_timeout_ms={timeout_ms} note={note!r}")
 
 
 class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
@@ -178,6 +199,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                     pass
                 return TaskCommit(partition, 0, txn_id, replayed=True, query_id=query_id)
             session.begin_transaction()
+            began_at = time.time()
             with PROCESS.producer(self.options.client, session=session) as producer:
                 count = send_rows(producer, iterator, self.options.topic, midway)
             if count == 0:
@@ -189,7 +211,7 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                      if self.by_producer_id else session.prepare_transaction())
             twopc_ms = init_ms + (time.perf_counter() - prepare_started) * 1000
             return TaskCommit(partition, count, txn_id, str(state), query_id=query_id,
-                              twopc_ms=twopc_ms)
+                              twopc_ms=twopc_ms, began_at=began_at)
 
     # -- on the driver --------------------------------------------------------------------------
 
@@ -208,6 +230,11 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             coordinator.leftovers(decision=self.decision)
             return
         participants = {m.transactional_id: m.state for m in done if m.state}
+        if self.by_producer_id and participants:
+            warning = age_warning(batchId, min(m.began_at for m in done if m.state),
+                                  time.time(), self.timeout_ms)
+            if warning:
+                log.warning(warning)
         started = time.perf_counter()
         coordinator.leftovers(keep=set(participants), decision=self.decision)
         coordinator.decide(batchId, participants, query_id)

@@ -236,6 +236,21 @@ def test_commit_after_the_timeout_is_reported_lost(broker_v2: EmbeddedBroker,
     assert still_open(broker_v2.bootstrap, pipe.name) == []
 
 
+def test_a_batch_near_the_timeout_is_warned_of(broker_v2: EmbeddedBroker, tmp_path: Path) -> None:
+    """Batch 3's decision comes 20 s after its tasks began their transactions (the driver
+    paused after the tasks prepared), with transaction.timeout.ms at 30 s: past half of it,
+    the driver warns, naming the batch and the figures; the batch still commits."""
+    pipe = ResumePipeline(broker_v2.bootstrap, tmp_path,
+                          {"kafka.transaction.timeout.ms": "30000"})
+    assert pipe.run("spark.driver.after_prepare=pause:20@3") == 0, pipe.output[-6000:]
+    assert "event=spark_transaction_age_near_timeout batch=3 " in pipe.output, pipe.output[-6000:]
+    assert "transaction_timeout_ms=30000" in pipe.output
+    assert "event=spark_transaction_age_near_timeout batch=2 " not in pipe.output
+    assert "spark_batch_output_lost" not in pipe.output
+    assert pipe.check() == (0, 0)
+    assert still_open(broker_v2.bootstrap, pipe.name) == []
+
+
 def _driver(options: dict[str, Any]) -> None:
     """tests/workers/spark_stream_worker.py (its arguments follow), with `options` added to
     the sink of its query: the worker has no way to pass data source options."""
