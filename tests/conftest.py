@@ -12,6 +12,7 @@ Code the tests share lies in tests/helpers, the processes they start in tests/wo
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,14 @@ from tests.rigs.kafka import apache_kafka, apache_kafka_factory  # noqa: F401
 SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "spark_conf"))
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SHORT_LIVED_JVM)
+
+# Ctrl-C as a terminal gives it, in every process a test starts, however the run was started.
+# A run started in the background of a non-interactive shell (`nohup make test &`) ignores
+# SIGINT, and an ignored signal stays ignored across fork and exec: the CLI's Ctrl-C tests would
+# send SIGINT to children that never see it (Python installs its KeyboardInterrupt handler only
+# over the default action). A caught signal is reset to the default action by exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:
