@@ -94,8 +94,14 @@ from exactly.spark.coordinator import (
 from exactly.spark.options import EXACTLY_ONCE, PRODUCER_ID, WriteOptions
 from exactly.spark.sink import send_rows
 
-__all__ = ["RESUME_TIMEOUT_MS", "BatchOutputLost", "StreamWriter", "age_warning",
-           "TaskCommit", "open_transactions"]
+__all__ = [
+    "RESUME_TIMEOUT_MS",
+    "BatchOutputLost",
+    "StreamWriter",
+    "TaskCommit",
+    "age_warning",
+    "open_transactions",
+]
 
 log = logging.getLogger(__name__)
 
