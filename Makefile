@@ -40,8 +40,8 @@ kafka-deps:
 # The suite runs in two parts: most tests on PYTEST_WORKERS pytest-xdist workers (they mostly
 # wait on broker processes and Spark JVMs, so three share two cores well; tests marked
 # xdist_group run together on one worker, to share a module-scoped process), then the tests marked
-# `serial`, which measure the broker's memory or latency or compare answers with Apache Kafka's
-# (the conformance corpus), alone. PYTEST_WORKERS=0 runs the first
+# `serial`, which measure the broker's memory or latency, compare answers with Apache Kafka's
+# (the conformance corpus) or run Spark beside a Kafka cluster, alone. PYTEST_WORKERS=0 runs the first
 # part in one process too.
 # Exit code 5 ("no tests collected") of one part is fine when the other ran tests;
 # ALLOW_NO_TESTS=1 (CI) also accepts it from both.

@@ -35,6 +35,7 @@ def test_the_default_mode_is_refused_with_the_way_out(whole_cluster: ApacheKafka
     assert "transactionResume=producer-id" in message
 
 
+@pytest.mark.serial  # alone, as test_demo_on_cluster.py says why
 def test_stream_sink_exactly_once_through_driver_and_node_kills(
         whole_cluster: ApacheKafka, admin: Admin, tmp_path: Path) -> None:
     bootstrap = whole_cluster.bootstrap
