@@ -15,6 +15,7 @@ import pytest
 from exactly.client import Admin
 from exactly.demo.pipeline import ENRICHED_TOPIC
 from tests.helpers.cluster.support import leaders
+from tests.helpers.demo.verified import assert_verified
 from tests.rigs.kafka import ApacheKafka
 
 # Run alone (serial): Spark waits a fixed 10 s for each query's Python data source worker to
@@ -55,11 +56,4 @@ def test_demo_exactly_once_through_driver_kills_and_a_node_kill(
     assert victim is not None, out[-6000:]
     assert "transactionResume=producer-id" in out
     assert "driver kills: 3" in out
-    assert "open transactions of the queries: 0" in out
-    assert "verified: every event exactly once" in out
-    rows = [line.split() for line in out.splitlines()
-            if line.startswith(("orders-enriched", "orders-dlq", "order-stats"))]
-    assert len(rows) == 3
-    for name, expected, records, duplicates, missing, wrong in rows:
-        assert expected == records and int(records) > 0, name
-        assert duplicates == missing == wrong == "0", name
+    assert_verified(out)

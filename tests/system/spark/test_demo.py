@@ -23,6 +23,7 @@ from exactly.demo.verdict import (
     offsets,
     verdict,
 )
+from tests.helpers.demo.verified import assert_verified
 
 EXACTLY = Path(sys.executable).parent / "exactly"
 
@@ -50,14 +51,7 @@ def run_demo(*args: str, env: dict[str, str] | None = None) -> str:
                           timeout=900, check=False, env=env)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
-    assert "open transactions of the queries: 0" in out
-    assert "verified: every event exactly once" in out
-    table = [line.split() for line in out.splitlines()
-             if line.startswith(("orders-enriched", "orders-dlq", "order-stats"))]
-    assert len(table) == 3
-    for name, expected, records, duplicates, missing, wrong in table:
-        assert expected == records and int(records) > 0, name
-        assert duplicates == missing == wrong == "0", name
+    assert_verified(out)
     return out
 
 
