@@ -129,9 +129,9 @@ AGE_WARNING_SHARE = 0.5  # of transaction.timeout.ms: a batch's age past it is w
 
 def age_warning(batch: int, began_at: float, now: float, timeout_ms: int) -> str | None:
     """transactionResume=producer-id: the log line that warns of a batch whose oldest
-    transaction, begun at `began_at` (wall clock, on an executor), is `now` older than
-    AGE_WARNING_SHARE of transaction.timeout.ms, when the driver is about to decide it; None if
-    it is younger. A batch decided past the timeout is lost (the broker aborts its
+    transaction, begun at `began_at` (wall clock, on an executor), has lived more than
+    AGE_WARNING_SHARE of transaction.timeout.ms by `now`, when the driver is about to decide
+    it; None if it is younger. A batch decided past the timeout is lost (the broker aborts its
     transactions), so a pipeline whose batches grow old is near losing one."""
     age_ms = (now - began_at) * 1000
     if age_ms < AGE_WARNING_SHARE * timeout_ms:
