@@ -28,9 +28,9 @@ from exactly.testing import EmbeddedBroker
 from tests.paths import REPO, WORKERS
 from tests.support import create_topic
 
-# Each test runs up to three driver processes of up to 240 s each; alone on this machine a
-# fault-point test takes about 240 s, and beside a loaded parallel part two of them passed
-# pytest-timeout's default 300 s. A bound on hangs, not on speed.
+# Each test runs up to three driver processes of up to 240 s each. A fault-point test took
+# 150-160 s in CI and 238 s at load average 10-12; beside a more loaded parallel part two of
+# them passed pytest-timeout's default 300 s. A bound on hangs, not on speed.
 pytestmark = pytest.mark.timeout(900)
 
 WORKER = WORKERS / "spark_stream_worker.py"
