@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from exactly import failpoints
-from exactly.client import Admin, Consumer, NewTopic, Producer
+from exactly.client import Admin, Consumer, KafkaError, NewTopic, Producer
 from exactly.demo.pipeline import (
     DLQ_TOPIC,
     ENRICHED_TOPIC,
@@ -376,8 +376,13 @@ def run(args: argparse.Namespace, seed: int, work: Path, bootstrap: str,
     started = time.monotonic()
     spark_args = spark_arguments(cluster, args.master)
     say(f"broker on {bootstrap}, data and checkpoints in {work} (seed {seed})")
-    with Admin({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topics([NewTopic(IN_TOPIC, 4)] + [NewTopic(t, 2) for t in OUTPUT_TOPICS])
+    try:
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topics([NewTopic(IN_TOPIC, 4)] + [NewTopic(t, 2) for t in OUTPUT_TOPICS])
+    except KafkaError as exc:  # a broker of one's own (--bootstrap-server) not there, or used
+        say(f"cannot create the demo's topics ({IN_TOPIC}, {', '.join(OUTPUT_TOPICS)}) on "
+            f"{bootstrap}: {exc}")
+        return 1
     resume = sink_mode(bootstrap) if args.delivery == "exactly-once" else None
     feeder = Feeder(bootstrap, args.rate, args.seconds, seed)
     feeder.start()

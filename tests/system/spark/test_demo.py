@@ -37,6 +37,15 @@ def test_demo_help_lists_the_demos_options() -> None:
         assert option in proc.stdout, proc.stdout
 
 
+def test_a_bootstrap_server_that_is_not_there_is_said_plainly() -> None:
+    proc = subprocess.run([str(EXACTLY), "demo", "--bootstrap-server", "127.0.0.1:1",
+                           "--seconds", "1"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "cannot create the demo's topics" in proc.stdout
+    assert "127.0.0.1:1" in proc.stdout and "Traceback" not in proc.stderr
+
+
 def test_the_connector_does_not_import_the_demo() -> None:
     code = ("import sys, exactly.spark; "
             "print(sorted(m for m in sys.modules if m.startswith('exactly.demo')))")
